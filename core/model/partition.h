@@ -1,0 +1,72 @@
+// partition.h: a contiguous range of a model's layers on one device.
+//
+// A Partition owns one parameter block and one gradient block (each a single
+// Tensor); every layer's weights are views into them, so the partition's
+// weights are one buffer to checkpoint, send or average. It keeps the
+// activations of each micro-batch in flight until that micro-batch's backward
+// pass: forward(x, mb) then, later, backward(dy, mb), for any interleaving of
+// micro-batches (GPipe, 1F1B). Local training is the partition [0, n).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "core/model/model_spec.h"
+#include "core/nn/layer.h"
+
+namespace cleave {
+
+class Partition {
+ public:
+  // Builds layers [begin, end) of `spec` on `device`. Throws std::invalid_argument
+  // for an empty or out-of-range interval, OutOfMemory when the blocks do not fit.
+  Partition(Device& device, const ModelSpec& spec, int begin, int end);
+
+  Device& device() const { return *device_; }
+  const ModelSpec& spec() const { return spec_; }
+  int begin() const { return begin_; }
+  int end() const { return end_; }
+  Shape input_shape() const { return spec_.shapes[begin_]; }   // per sample
+  Shape output_shape() const { return spec_.shapes[end_]; }    // per sample
+  int64_t param_count() const { return params_.defined() ? params_.numel() : 0; }
+  const Tensor& params() const { return params_; }  // (param_count)
+  const Tensor& grads() const { return grads_; }    // (param_count)
+  Layer& layer(int global_index) { return *layers_.at(global_index - begin_); }
+  // Offset of global layer i's parameters inside the block.
+  int64_t param_offset(int global_index) const { return offsets_.at(global_index - begin_); }
+
+  // PyTorch default initialisation; layer i draws from Rng(derive_seed(seed, i)),
+  // so any split of the model starts from the same weights as the whole model.
+  void init(uint64_t seed);
+  void zero_grad();
+
+  // Runs the layers on x (batch, input_shape...) and returns the output
+  // (batch, output_shape...). With `training`, keeps what backward(mb) needs.
+  // `seed` drives dropout: pass derive_seed(run_seed, step, mb).
+  Tensor forward(const Tensor& x, int microbatch, bool training, uint64_t seed = 0);
+  // Back-propagates dy (batch, output_shape...) through micro-batch `mb`,
+  // accumulating parameter gradients; returns dx (batch, input_shape...) when
+  // need_dx, else an undefined Tensor. Frees the micro-batch's activations.
+  // Throws std::logic_error when mb has no pending forward.
+  Tensor backward(const Tensor& dy, int microbatch, bool need_dx);
+  // Micro-batches whose activations are held, and the bytes they take.
+  size_t in_flight() const { return stash_.size(); }
+  size_t stash_bytes() const;
+
+ private:
+  struct Stash {
+    std::vector<Tensor> acts;            // acts[i] = input of local layer i; back() = output
+    std::vector<LayerContext> contexts;  // one per local layer
+  };
+  Device* device_;
+  ModelSpec spec_;
+  int begin_, end_;
+  std::vector<std::unique_ptr<Layer>> layers_;
+  std::vector<int64_t> offsets_;
+  Tensor params_, grads_;
+  std::map<int, Stash> stash_;
+};
+
+}  // namespace cleave

@@ -1,0 +1,84 @@
+// layer.h: the Layer interface every layer of a sequential model implements.
+//
+// A layer is stateless between calls apart from its parameters: whatever forward
+// needs to keep for backward goes into the LayerContext the caller owns, one per
+// (layer, micro-batch). That is what lets a pipeline stage keep several
+// micro-batches in flight. Parameters and their gradients are views into the
+// partition's contiguous blocks, bound once with bind().
+//
+// Shapes passed to output_shape() exclude the batch dimension; tensors passed to
+// forward/backward include it: x (batch, in...), y (batch, out...).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/util/rng.h"
+#include "device/device.h"
+
+namespace cleave {
+
+// What forward saves for backward (masks, argmax, statistics), plus the seed
+// that makes stochastic layers (dropout) reproducible for a given step and
+// micro-batch, wherever the layer runs.
+struct LayerContext {
+  std::vector<Tensor> saved;
+  uint64_t seed = 0;
+};
+
+class Layer {
+ public:
+  virtual ~Layer() = default;
+
+  // JSON "type" of this layer, e.g. "linear".
+  virtual std::string type() const = 0;
+  // The JSON object describing this layer (round-trips through make_layer).
+  virtual nlohmann::json to_json() const = 0;
+  // Per-sample output shape for a per-sample input shape; throws
+  // std::invalid_argument with a message naming the mismatch.
+  virtual Shape output_shape(const Shape& in) const = 0;
+
+  // Number of float parameters (0 for parameter-free layers).
+  virtual int64_t param_count() const { return 0; }
+  // Named parameter tensors, in block order, with PyTorch's names and layouts
+  // ("weight" (out, in) / (out, in, kh, kw), "bias"). Offsets are relative to
+  // this layer's slice of the block.
+  struct ParamInfo {
+    std::string name;
+    Shape shape;
+    int64_t offset;
+  };
+  virtual std::vector<ParamInfo> param_info() const { return {}; }
+  // Binds views into the partition's parameter and gradient blocks (param_count() floats each).
+  virtual void bind(const Tensor& params, const Tensor& grads) {}
+  // Writes PyTorch's default initialisation into `out` (param_count() floats, host).
+  virtual void init(Rng& rng, std::span<float> out) const {}
+
+  // Forward FLOPs per sample (multiply-add = 2), for profiles and throughput reports.
+  virtual int64_t flops_per_sample(const Shape& in) const { return 0; }
+  // Floats of context saved per sample by forward (beyond x and y), for memory plans.
+  virtual int64_t saved_floats_per_sample(const Shape& in) const { return 0; }
+
+  // y = f(x). `training` switches dropout on. Fills ctx.saved as needed.
+  virtual void forward(const Tensor& x, const Tensor& y, LayerContext& ctx, bool training) = 0;
+  // Accumulates parameter gradients into the bound gradient block and, when dx
+  // is non-null, writes the input gradient into *dx (overwriting it).
+  virtual void backward(const Tensor& x, const Tensor& y, const Tensor& dy, const Tensor* dx,
+                        LayerContext& ctx) = 0;
+};
+
+// Builds a layer from its JSON object, e.g. {"type": "conv2d", "out_channels": 32,
+// "kernel": 3}. `in` is the per-sample input shape (needed for e.g. Linear's
+// in_features when the file omits it). Throws std::invalid_argument naming the
+// field that is wrong.
+std::unique_ptr<Layer> make_layer(const nlohmann::json& spec, const Shape& in);
+
+// Layer types make_layer knows, for error messages and docs.
+std::vector<std::string> layer_types();
+
+}  // namespace cleave

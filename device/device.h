@@ -1,0 +1,174 @@
+// device.h: what a compute backend (CPU, OpenCL, CUDA) must provide.
+//
+// A Device owns memory and runs the ops that layers, losses and optimizers are
+// made of. Layers never touch memory themselves: they call these ops, so the same
+// layer code runs on every backend, and each backend is checked op by op against
+// the CPU (tests/device/test_parity.cpp). All tensors passed to an op must live on
+// that device. Ops may be asynchronous; download()/synchronize() wait.
+//
+// Conventions: row-major; images are NCHW; "rows x cols" matrices are (rows, cols).
+// Ops that say "accumulates" add into their output; the rest overwrite it.
+// Class labels travel as float tensors holding integer class indices.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "device/tensor.h"
+
+namespace cleave {
+
+enum class Backend { cpu, opencl, cuda };
+const char* backend_name(Backend b);
+
+struct MemoryInfo {
+  size_t total = 0;  // bytes the device has
+  size_t free = 0;   // bytes currently free
+};
+
+enum class Activation { relu, gelu, tanh };
+
+// Geometry of a 2-D convolution or pooling window over NCHW input.
+struct Window2d {
+  int64_t n = 0, c = 0, h = 0, w = 0;  // input (batch, channels, height, width)
+  int64_t kh = 1, kw = 1;              // window
+  int64_t sh = 1, sw = 1;              // stride
+  int64_t ph = 0, pw = 0;              // zero padding
+  int64_t out_h() const { return (h + 2 * ph - kh) / sh + 1; }
+  int64_t out_w() const { return (w + 2 * pw - kw) / sw + 1; }
+};
+
+// Hyper-parameters of one optimizer step, already resolved for this step.
+struct SgdStep {
+  float lr = 0.01f, momentum = 0.f, dampening = 0.f, weight_decay = 0.f;
+  bool nesterov = false;
+  bool first = false;  // first step: momentum buffer := gradient (PyTorch semantics)
+};
+struct AdamStep {
+  float lr = 1e-3f, beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f, weight_decay = 0.f;
+  bool decoupled = false;  // AdamW: decay applied to weights, not gradient
+  int64_t step = 1;        // 1-based, for bias correction
+};
+
+class Device {
+ public:
+  virtual ~Device() = default;
+
+  // --- identity and memory ---------------------------------------------------
+  virtual Backend backend() const = 0;
+  virtual std::string name() const = 0;  // e.g. "cpu (2 threads, OpenBLAS)"
+  virtual MemoryInfo memory() const = 0;
+  virtual bool host_accessible() const = 0;  // Buffer::handle is a host float*
+  // Allocates `bytes` (throws cleave::OutOfMemory when the device or its limit is exhausted).
+  virtual std::shared_ptr<Buffer> allocate(size_t bytes) = 0;
+  virtual void upload(const Tensor& dst, const float* src) = 0;  // dst.numel() floats
+  virtual void download(const Tensor& src, float* dst) = 0;      // waits for pending work
+  virtual void copy(const Tensor& src, const Tensor& dst) = 0;   // same numel
+  virtual void fill(const Tensor& t, float value) = 0;
+  virtual void synchronize() = 0;
+
+  // --- dense linear algebra ----------------------------------------------------
+  // C(m,n) = alpha * op(A) * op(B) + beta * C, row-major, op(X) = X or X^T.
+  // lda/ldb/ldc are the row strides of A, B, C as stored.
+  virtual void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                    const Tensor& a, int64_t lda, const Tensor& b, int64_t ldb, float beta,
+                    const Tensor& c, int64_t ldc) = 0;
+
+  // --- elementwise ---------------------------------------------------------------
+  virtual void axpy(float alpha, const Tensor& x, const Tensor& y) = 0;  // y += alpha * x
+  virtual void scale(const Tensor& x, float alpha) = 0;                  // x *= alpha
+  virtual void mul(const Tensor& a, const Tensor& b, const Tensor& out) = 0;  // out = a * b
+  virtual void activation_forward(Activation act, const Tensor& x, const Tensor& y) = 0;
+  // dx = dy * f'(x); y = f(x) is given for activations whose derivative uses it.
+  virtual void activation_backward(Activation act, const Tensor& x, const Tensor& y,
+                                   const Tensor& dy, const Tensor& dx) = 0;
+
+  // --- bias ------------------------------------------------------------------------
+  // y (rows, features) += b (features) on every row.
+  virtual void add_bias_rows(const Tensor& y, const Tensor& b, int64_t rows, int64_t features) = 0;
+  // db (features) += column sums of dy (rows, features).  Accumulates.
+  virtual void bias_grad_rows(const Tensor& dy, const Tensor& db, int64_t rows, int64_t features) = 0;
+  // y (n, c, hw) += b (c) on every plane.
+  virtual void add_bias_channels(const Tensor& y, const Tensor& b, int64_t n, int64_t c, int64_t hw) = 0;
+  // db (c) += sum over n and hw of dy (n, c, hw).  Accumulates.
+  virtual void bias_grad_channels(const Tensor& dy, const Tensor& db, int64_t n, int64_t c, int64_t hw) = 0;
+
+  // --- convolution helpers -------------------------------------------------------
+  // cols (c*kh*kw, n*oh*ow) from x (n, c, h, w); row index (ci*kh + i)*kw + j,
+  // column index (ni*oh + y)*ow + x. Padding reads as zero.
+  virtual void im2col(const Tensor& x, const Tensor& cols, const Window2d& g) = 0;
+  // dx (n, c, h, w) = scatter-add of cols back to image positions (overwrites dx).
+  virtual void col2im(const Tensor& cols, const Tensor& dx, const Window2d& g) = 0;
+  // dst (b, a, r) = src (a, b, r) with the first two axes swapped.
+  virtual void swap_axes01(const Tensor& src, const Tensor& dst, int64_t a, int64_t b, int64_t r) = 0;
+
+  // --- pooling (NCHW, padding counts as -inf for max and 0 for average) -----------
+  // y (n, c, oh, ow); argmax (same shape) receives the index (0..h*w-1) in the input
+  // plane of each maximum (first one wins on ties), as a float.
+  virtual void maxpool_forward(const Tensor& x, const Tensor& y, const Tensor& argmax, const Window2d& g) = 0;
+  // dx (n, c, h, w) := 0 then dx[argmax] += dy (overwrites dx).
+  virtual void maxpool_backward(const Tensor& dy, const Tensor& argmax, const Tensor& dx, const Window2d& g) = 0;
+  // Average over the window, dividing by kh*kw (PyTorch's count_include_pad=True).
+  virtual void avgpool_forward(const Tensor& x, const Tensor& y, const Window2d& g) = 0;
+  virtual void avgpool_backward(const Tensor& dy, const Tensor& dx, const Window2d& g) = 0;  // overwrites dx
+
+  // --- layer norm over the last dimension -------------------------------------------
+  // x, y (rows, cols); gamma, beta (cols); mean, rstd (rows) saved for backward.
+  virtual void layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                                 const Tensor& y, const Tensor& mean, const Tensor& rstd,
+                                 int64_t rows, int64_t cols, float eps) = 0;
+  // dx overwritten; dgamma, dbeta accumulate.
+  virtual void layernorm_backward(const Tensor& x, const Tensor& gamma, const Tensor& mean,
+                                  const Tensor& rstd, const Tensor& dy, const Tensor& dx,
+                                  const Tensor& dgamma, const Tensor& dbeta, int64_t rows,
+                                  int64_t cols) = 0;
+
+  // --- losses (per-row values; the caller sums / averages on the host) ----------------
+  // logits (rows, classes), labels (rows) -> loss (rows) = -log softmax(logits)[label];
+  // dlogits = (softmax - onehot) * grad_scale.  Labels outside [0, classes) are a
+  // caller error (checked on the host before upload).
+  virtual void softmax_xent(const Tensor& logits, const Tensor& labels, const Tensor& loss,
+                            const Tensor& dlogits, int64_t rows, int64_t classes, float grad_scale) = 0;
+  // loss (rows) = sum_j (pred - target)^2 over cols; dpred = 2 (pred - target) * grad_scale.
+  virtual void mse(const Tensor& pred, const Tensor& target, const Tensor& loss, const Tensor& dpred,
+                   int64_t rows, int64_t cols, float grad_scale) = 0;
+  // correct (rows) = 1 where argmax(logits row) == label else 0.
+  virtual void argmax_match(const Tensor& logits, const Tensor& labels, const Tensor& correct,
+                            int64_t rows, int64_t classes) = 0;
+
+  // --- optimizers (PyTorch semantics, in place over whole parameter blocks) ------------
+  virtual void sgd_step(const Tensor& params, const Tensor& grads, const Tensor& momentum_buf,
+                        const SgdStep& s) = 0;
+  virtual void adam_step(const Tensor& params, const Tensor& grads, const Tensor& m,
+                         const Tensor& v, const AdamStep& s) = 0;
+  // Sum of squares of t (for gradient-norm reporting and clipping).
+  virtual float sum_squares(const Tensor& t) = 0;
+};
+
+// Thrown by Device::allocate when memory (or the configured limit) runs out.
+struct OutOfMemory : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// Options for opening a device.
+struct DeviceOptions {
+  int threads = 0;            // CPU threads; 0 = all cores
+  size_t memory_limit = 0;    // bytes; 0 = no limit beyond the hardware
+  int ordinal = 0;            // which GPU / OpenCL device
+  std::string cache_dir;      // OpenCL program cache ("" = default under $XDG_CACHE_HOME)
+};
+
+// Backends compiled into this build, in `auto` preference order (cuda, opencl, cpu).
+std::vector<Backend> compiled_backends();
+// Opens a device by name: "auto", "cpu", "opencl", "cuda". "auto" prefers CUDA,
+// then OpenCL on a GPU, then CPU. Throws std::runtime_error with a clear message
+// when the backend is not compiled in or no usable device is present.
+std::unique_ptr<Device> open_device(const std::string& name, const DeviceOptions& opts = {});
+// Parses "512M", "4G", "1024" (bytes) -> bytes; throws std::invalid_argument.
+size_t parse_bytes(const std::string& text);
+
+}  // namespace cleave
