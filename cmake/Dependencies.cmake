@@ -10,7 +10,7 @@ pkg_check_modules(OPENBLAS REQUIRED IMPORTED_TARGET openblas)
 pkg_check_modules(ZMQ REQUIRED IMPORTED_TARGET libzmq)
 pkg_check_modules(SODIUM REQUIRED IMPORTED_TARGET libsodium)
 find_package(cppzmq REQUIRED)
-find_package(flatbuffers REQUIRED)
+find_package(FlatBuffers REQUIRED)
 find_program(FLATC flatc REQUIRED)
 
 # --- OpenCL (CLBlast) -------------------------------------------------------

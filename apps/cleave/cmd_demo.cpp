@@ -1,0 +1,127 @@
+// cmd_demo.cpp: `cleave demo` — the whole system on one machine: keys, N local
+// cleaved daemons, an encrypted pipeline training the CNN on Fashion-MNIST.
+// Everything it starts is stopped at the end, also on Ctrl-C.
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
+
+#include "apps/cleave/commands.h"
+#include "apps/cleave/processes.h"
+#include "apps/cleave/train_flags.h"
+#include "core/runtime/coordinator.h"
+#include "transport/keys.h"
+
+namespace cleave {
+
+void add_demo_command(CLI::App& root) {
+  auto* cmd = root.add_subcommand("demo", "Start N local encrypted daemons and train the CNN on Fashion-MNIST as a pipeline");
+  struct DemoOptions {
+    int devices = 3;
+    int epochs = 2;
+    int threads = 1;
+    int microbatches = 4;
+    int64_t batch = 64;
+    std::string model = "models/cnn.json";
+    std::string schedule = "1f1b";
+    std::string json_path, trace_path, dataset_dir, keep;
+    int64_t limit_train = -1, limit_test = -1;
+    uint64_t seed = 1;
+  };
+  auto o = std::make_shared<DemoOptions>();
+  cmd->add_option("--devices", o->devices, "Daemons (pipeline stages) to start")->capture_default_str()
+      ->check(CLI::Range(1, 16));
+  cmd->add_option("--epochs", o->epochs, "Passes over Fashion-MNIST")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--model", o->model, "Model JSON")->capture_default_str();
+  cmd->add_option("--schedule", o->schedule, "gpipe | 1f1b")->capture_default_str()->check(CLI::IsMember({"gpipe", "1f1b"}));
+  cmd->add_option("--microbatches", o->microbatches, "Micro-batches per batch")->capture_default_str();
+  cmd->add_option("--batch", o->batch, "Batch size")->capture_default_str();
+  cmd->add_option("--threads", o->threads, "CPU threads per daemon")->capture_default_str();
+  cmd->add_option("--seed", o->seed, "Seed")->capture_default_str();
+  cmd->add_option("--limit-train", o->limit_train, "Train on the first N samples only");
+  cmd->add_option("--limit-test", o->limit_test, "Test on the first N samples only");
+  cmd->add_option("--dataset-dir", o->dataset_dir, "Where Fashion-MNIST lives");
+  cmd->add_option("--json", o->json_path, "Write the run's results as JSON to this file");
+  cmd->add_option("--trace", o->trace_path, "Write a Chrome trace of the stages here");
+  cmd->add_option("--keep-keys", o->keep, "Write the demo's keys and daemon logs to this directory and keep them");
+  cmd->callback([o]() {
+    namespace fs = std::filesystem;
+    install_interrupt_handler();
+    std::string dir = o->keep;
+    bool temporary = dir.empty();
+    if (temporary) {
+      char tmpl[] = "/tmp/cleave-demo-XXXXXX";
+      if (!mkdtemp(tmpl)) throw CliError("cannot create a temporary directory under /tmp");
+      dir = tmpl;
+    }
+    fs::create_directories(fs::path(dir) / "allow");
+    std::vector<pid_t> daemons;
+    auto cleanup = [&]() {
+      for (pid_t pid : daemons) terminate(pid);
+      daemons.clear();
+      if (temporary) {
+        std::error_code ec;
+        fs::remove_all(dir, ec);
+      }
+    };
+    try {
+      const std::string cleaved = find_cleaved();
+      transport::write_keypair(dir, "coordinator", transport::generate_keypair(), true);
+      for (int i = 1; i <= o->devices; ++i) {
+        const std::string name = "dev" + std::to_string(i);
+        auto files = transport::write_keypair(dir, name, transport::generate_keypair(), true);
+        fs::copy_file(files.public_, fs::path(dir) / "allow" / (name + ".pub"), fs::copy_options::overwrite_existing);
+      }
+      std::printf("cleave demo: %d encrypted daemons, %s, %s schedule, %d micro-batches, %d epoch(s)\n", o->devices,
+                  o->model.c_str(), o->schedule.c_str(), o->microbatches, o->epochs);
+      TrainConfig cfg;
+      cfg.model_path = o->model;
+      cfg.dataset_dir = o->dataset_dir;
+      cfg.epochs = o->epochs;
+      cfg.batch = o->batch;
+      cfg.seed = o->seed;
+      cfg.microbatches = o->microbatches;
+      cfg.limit_train = o->limit_train;
+      cfg.limit_test = o->limit_test;
+      cfg.optimizer.kind = "adam";
+      cfg.optimizer.lr = 1e-3f;
+      ClusterOptions cl;
+      cl.devices = o->devices;
+      cl.key_path = dir + "/coordinator.key";
+      cl.allow_path = dir + "/allow";
+      cl.listen = "tcp://127.0.0.1:*";
+      cl.schedule = o->schedule;
+      cl.trace_path = o->trace_path;
+      cl.shutdown_daemons = true;
+      cl.register_timeout_ms = 60000;
+      cl.interrupted = interrupted;
+      cl.on_listening = [&](const std::string& endpoint) {
+        for (int i = 1; i <= o->devices; ++i) {
+          const std::string name = "dev" + std::to_string(i);
+          daemons.push_back(spawn({cleaved, "--coordinator", endpoint, "--key", dir + "/" + name + ".key",
+                                   "--coordinator-key", dir + "/coordinator.pub", "--name", name, "--backend", "cpu",
+                                   "--threads", std::to_string(o->threads), "--max-jobs", "1"},
+                                  dir + "/" + name + ".log"));
+        }
+      };
+      nlohmann::json result = train_pipeline(cfg, cl);
+      result["mode"] = "demo";
+      write_json_file(o->json_path, result);
+      std::printf("cleave demo: test accuracy %.4f, %.1f samples/s over %d stages, %.1f s in all\n",
+                  result["test_accuracy"].get<double>(), result["samples_per_sec"].get<double>(), o->devices,
+                  result["wall_seconds"].get<double>());
+      for (const auto& st : result["plan"])
+        std::printf("  stage %d on %s: layers [%d, %d), %lld parameters\n", st["stage"].get<int>(),
+                    st["device"].get<std::string>().c_str(), st["layers"][0].get<int>(), st["layers"][1].get<int>(),
+                    static_cast<long long>(st["parameters"].get<int64_t>()));
+      cleanup();
+    } catch (...) {
+      cleanup();
+      throw;
+    }
+  });
+}
+
+}  // namespace cleave

@@ -1,0 +1,75 @@
+// cmd_plan.cpp: `cleave plan` — plan a pipeline offline from a model file and a
+// device / link description file (docs/planner.md); prints the table and
+// optionally writes the plan as JSON.
+#include <cstdio>
+#include <fstream>
+#include <memory>
+
+#include "apps/cleave/commands.h"
+#include "core/model/model_spec.h"
+#include "core/planner/devices_file.h"
+#include "core/planner/plan_report.h"
+#include "core/planner/planner.h"
+#include "core/planner/profile.h"
+
+namespace cleave {
+
+void add_plan_command(CLI::App& root) {
+  auto* cmd = root.add_subcommand("plan", "Plan which device runs which layers, offline, from a devices file");
+  struct PlanFlags {
+    std::string model, devices, json_path;
+    std::string schedule = "1f1b", optimizer = "adam", encoding = "f32";
+    int microbatches = 4, max_stages = 0;
+    int64_t batch = 64;
+    double momentum = 0;
+  };
+  auto f = std::make_shared<PlanFlags>();
+  cmd->add_option("--model", f->model, "Model JSON file")->required();
+  cmd->add_option("--devices", f->devices, "Devices file: {\"devices\": [...], \"links\": [...], \"default_link\": {...}}")
+      ->required();
+  cmd->add_option("--schedule", f->schedule, "gpipe | 1f1b")->capture_default_str()->check(CLI::IsMember({"gpipe", "1f1b"}));
+  cmd->add_option("--microbatches", f->microbatches, "Micro-batches per batch")->capture_default_str()->check(
+      CLI::PositiveNumber);
+  cmd->add_option("--batch", f->batch, "Samples per optimizer step")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--optimizer", f->optimizer, "adam | sgd | adamw (sets the optimizer-state memory)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"adam", "sgd", "adamw"}));
+  cmd->add_option("--momentum", f->momentum, "SGD momentum (non-zero adds one state buffer)")->capture_default_str();
+  cmd->add_option("--encoding", f->encoding, "f32 | f16 | int8: activations and gradients on links")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"f32", "f16", "int8"}));
+  cmd->add_option("--max-stages", f->max_stages, "At most this many stages (0: up to one per device)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--json", f->json_path, "Write the plan (with the per-layer profile) as JSON to this file");
+  cmd->callback([f]() {
+    const ModelSpec spec = ModelSpec::load(f->model);
+    const Cluster cluster = load_cluster(f->devices);
+    const ModelProfile profile = profile_model(spec, f->optimizer, f->momentum);
+    PlanOptions options;
+    options.schedule = parse_schedule(f->schedule);
+    options.microbatches = f->microbatches;
+    options.batch = f->batch;
+    options.encoding = parse_encoding(f->encoding);
+    options.max_stages = f->max_stages;
+    Plan result;
+    try {
+      result = plan(profile, cluster, options);
+    } catch (const PlanError& e) {
+      throw CliError(f->model + " on " + f->devices + ": " + e.what());
+    }
+    std::fputs(format_plan_table(result, profile).c_str(), stdout);
+    if (!f->json_path.empty()) {
+      std::ofstream out(f->json_path);
+      nlohmann::json doc = to_json(result, profile);
+      doc["model_file"] = f->model;
+      doc["devices_file"] = f->devices;
+      doc["devices"] = cluster_to_json(cluster);
+      out << doc.dump(2) << "\n";
+      if (!out) throw CliError("cannot write " + f->json_path);
+      std::printf("plan written to %s\n", f->json_path.c_str());
+    }
+  });
+}
+
+}  // namespace cleave

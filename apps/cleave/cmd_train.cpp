@@ -1,0 +1,58 @@
+// cmd_train.cpp: `cleave train` — local training (--local) or a coordinator
+// driving a pipeline of cleaved daemons.
+#include <cstdio>
+#include <memory>
+
+#include "apps/cleave/commands.h"
+#include "apps/cleave/processes.h"
+#include "apps/cleave/train_flags.h"
+#include "core/runtime/coordinator.h"
+#include "core/train/local_trainer.h"
+
+namespace cleave {
+
+void add_train_command(CLI::App& root) {
+  auto* cmd = root.add_subcommand("train", "Train a model: in this process (--local) or across cleaved daemons");
+  auto flags = std::make_shared<TrainFlags>();
+  auto local = std::make_shared<bool>(false);
+  cmd->add_flag("--local", *local, "Train in this process, on this machine's device");
+  add_train_flags(*cmd, *flags);
+  cmd->add_option("--save", flags->config.save_path, "Write a checkpoint (weights + optimizer state) here, atomically");
+  cmd->add_option("--save-every", flags->config.save_every, "Also checkpoint every N steps");
+  cmd->add_option("--load", flags->config.load_path, "Resume from a checkpoint written by --save");
+  cmd->add_option("--init", flags->config.init_path, "Start from weights in a safetensors file (PyTorch layout)");
+  auto cluster = std::make_shared<ClusterOptions>();
+  cmd->add_option("--devices", cluster->devices, "Pipeline: number of cleaved daemons to wait for")->capture_default_str();
+  cmd->add_option("--key", cluster->key_path, "Pipeline: the coordinator's secret key (from `cleave keygen`)");
+  cmd->add_option("--allow", cluster->allow_path, "Pipeline: directory of admitted device .pub files (or one key file)");
+  cmd->add_option("--listen", cluster->listen, "Pipeline: where daemons dial in")->capture_default_str();
+  cmd->add_option("--schedule", cluster->schedule, "Pipeline: gpipe | 1f1b")->capture_default_str()
+      ->check(CLI::IsMember({"gpipe", "1f1b"}));
+  cmd->add_option("--encoding", cluster->encoding, "Pipeline: activations/gradients on peer links: f32 | f16 | int8")
+      ->capture_default_str()->check(CLI::IsMember({"f32", "f16", "int8"}));
+  cmd->add_option("--trace", cluster->trace_path, "Pipeline: write a Chrome trace (Perfetto / chrome://tracing) here");
+  cmd->add_option("--register-timeout", cluster->register_timeout_ms, "Pipeline: ms to wait for the devices")
+      ->capture_default_str();
+  cmd->add_option("--peer-timeout", cluster->peer_timeout_ms, "Pipeline: a device silent this many ms is declared dead")
+      ->capture_default_str();
+  cmd->add_flag("--insecure", cluster->insecure, "Pipeline: plain TCP without CURVE (logs a warning)");
+  cmd->callback([flags, local, cluster]() {
+    finish_train_flags(*flags);
+    nlohmann::json result;
+    if (*local) {
+      result = train_local(flags->config);
+    } else {
+      if (!cluster->insecure && (cluster->key_path.empty() || cluster->allow_path.empty()))
+        throw CliError("pipeline training needs --key and --allow (or --insecure); for one process pass --local");
+      if (cluster->insecure) std::fprintf(stderr, "cleave: WARNING: --insecure: links are not encrypted or authenticated\n");
+      install_interrupt_handler();
+      cluster->interrupted = interrupted;
+      result = train_pipeline(flags->config, *cluster);
+    }
+    write_json_file(flags->json_path, result);
+    std::printf("test_accuracy %.4f  samples/s %.1f  wall %.1f s\n", result["test_accuracy"].get<double>(),
+                result["samples_per_sec"].get<double>(), result["wall_seconds"].get<double>());
+  });
+}
+
+}  // namespace cleave

@@ -1,0 +1,94 @@
+// processes.cpp: see processes.h.
+#include "apps/cleave/processes.h"
+
+#include <fcntl.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <cstdlib>
+#include <filesystem>
+#include <thread>
+
+#include "apps/cleave/commands.h"
+
+namespace cleave {
+namespace {
+std::atomic<bool> g_interrupted{false};
+void on_signal(int) { g_interrupted = true; }
+}  // namespace
+
+void install_interrupt_handler() {
+  struct sigaction sa {};
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+}
+
+bool interrupted() { return g_interrupted; }
+
+std::string find_cleaved() {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::path self = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    for (fs::path candidate : {self.parent_path() / "cleaved", self.parent_path().parent_path() / "cleaved" / "cleaved"})
+      if (fs::exists(candidate)) return candidate.string();
+  }
+  if (const char* path = std::getenv("PATH")) {
+    std::string p = path;
+    size_t start = 0;
+    while (start <= p.size()) {
+      size_t end = p.find(':', start);
+      if (end == std::string::npos) end = p.size();
+      fs::path candidate = fs::path(p.substr(start, end - start)) / "cleaved";
+      if (!p.substr(start, end - start).empty() && fs::exists(candidate)) return candidate.string();
+      start = end + 1;
+    }
+  }
+  throw CliError("cannot find the cleaved binary next to cleave or on PATH: build it (scripts/build.sh)");
+}
+
+pid_t spawn(const std::vector<std::string>& argv, const std::string& log_path) {
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  const pid_t parent = getpid();
+  pid_t pid = fork();
+  if (pid < 0) throw CliError("cannot start " + argv.front() + ": fork failed");
+  if (pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (getppid() != parent) _exit(1);
+    if (!log_path.empty()) {
+      int fd = open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      if (fd >= 0) {
+        dup2(fd, 1);
+        dup2(fd, 2);
+        close(fd);
+      }
+    }
+    execv(args[0], args.data());
+    _exit(127);
+  }
+  return pid;
+}
+
+void terminate(pid_t pid, int grace_ms) {
+  if (pid <= 0) return;
+  int status = 0;
+  if (waitpid(pid, &status, WNOHANG) == pid) return;
+  kill(pid, SIGTERM);
+  const auto t0 = std::chrono::steady_clock::now();
+  while (std::chrono::steady_clock::now() - t0 < std::chrono::milliseconds(grace_ms)) {
+    if (waitpid(pid, &status, WNOHANG) == pid) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  kill(pid, SIGKILL);
+  waitpid(pid, &status, 0);
+}
+
+}  // namespace cleave

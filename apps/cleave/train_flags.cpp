@@ -1,0 +1,77 @@
+// train_flags.cpp: see train_flags.h.
+#include "apps/cleave/train_flags.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+
+#include "apps/cleave/commands.h"
+
+namespace cleave {
+
+void add_train_flags(CLI::App& cmd, TrainFlags& f) {
+  TrainConfig& c = f.config;
+  OptimizerConfig& o = c.optimizer;
+  cmd.add_option("--model", c.model_path, "Model JSON file (e.g. models/cnn.json)")->required();
+  cmd.add_option("--dataset", c.dataset, "fashion-mnist, a CSV file, or a directory of IDX files")
+      ->capture_default_str();
+  cmd.add_option("--dataset-dir", c.dataset_dir,
+                 "Where Fashion-MNIST lives (default: $CLEAVE_DATA_DIR or /usr/share/datasets/fashion-mnist)");
+  cmd.add_option("--epochs", c.epochs, "Passes over the training set")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd.add_option("--batch", c.batch, "Samples per optimizer step")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd.add_option("--optimizer", o.kind, "sgd | adam | adamw")->capture_default_str()
+      ->check(CLI::IsMember({"sgd", "adam", "adamw"}));
+  cmd.add_option("--lr", o.lr, "Learning rate")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd.add_option("--momentum", o.momentum, "SGD momentum (explicit; default 0)")->capture_default_str();
+  cmd.add_flag("--nesterov", o.nesterov, "SGD with Nesterov momentum");
+  f.weight_decay = cmd.add_option("--weight-decay", o.weight_decay,
+                                  "L2 weight decay (AdamW: decoupled; default 0, AdamW 0.01)");
+  cmd.add_option("--beta1", o.beta1, "Adam beta1")->capture_default_str();
+  cmd.add_option("--beta2", o.beta2, "Adam beta2")->capture_default_str();
+  cmd.add_option("--eps", o.eps, "Adam epsilon")->capture_default_str();
+  cmd.add_option("--lr-schedule", o.schedule, "constant | step | cosine (cosine has linear warm-up)")
+      ->capture_default_str()->check(CLI::IsMember({"constant", "step", "cosine"}));
+  cmd.add_option("--lr-step-size", o.step_size, "step schedule: steps between decays")->capture_default_str();
+  cmd.add_option("--lr-gamma", o.gamma, "step schedule: decay factor")->capture_default_str();
+  cmd.add_option("--warmup-steps", o.warmup_steps, "cosine schedule: linear warm-up steps")->capture_default_str();
+  cmd.add_option("--min-lr", o.min_lr, "cosine schedule: final learning rate")->capture_default_str();
+  cmd.add_option("--seed", c.seed, "Seed for initialisation, shuffling and dropout")->capture_default_str();
+  cmd.add_option("--limit-train", c.limit_train, "Train on the first N samples only")->check(CLI::PositiveNumber);
+  cmd.add_option("--limit-test", c.limit_test, "Test on the first N samples only")->check(CLI::PositiveNumber);
+  cmd.add_option("--max-steps", c.max_steps, "Stop after N optimizer steps in total")->check(CLI::NonNegativeNumber);
+  cmd.add_option("--microbatches", c.microbatches, "Micro-batches per batch (gradients are accumulated)")
+      ->capture_default_str()->check(CLI::PositiveNumber);
+  cmd.add_option("--backend", c.backend, "auto | cpu | opencl | cuda")->capture_default_str()
+      ->check(CLI::IsMember({"auto", "cpu", "opencl", "cuda"}));
+  cmd.add_option("--threads", c.threads, "CPU threads (0 = all cores)")->capture_default_str();
+  cmd.add_option("--json", f.json_path, "Write the run's results as JSON to this file");
+  cmd.add_flag("--no-progress", f.no_progress, "Do not draw the progress bar");
+}
+
+void finish_train_flags(TrainFlags& f) {
+  if (f.config.optimizer.kind == "adamw" && f.weight_decay->count() == 0) f.config.optimizer.weight_decay = 0.01f;
+  f.config.progress = !f.no_progress;
+  try {
+    f.config.optimizer.validate();
+  } catch (const std::exception& e) {
+    throw CliError(e.what());
+  }
+}
+
+void write_json_file(const std::string& path, const nlohmann::json& doc) {
+  if (path.empty()) return;
+  const std::string tmp = path + ".tmp." + std::to_string(getpid());
+  {
+    std::ofstream out(tmp);
+    if (!out) throw CliError("cannot write " + path + ": cannot create " + tmp);
+    out << doc.dump(2) << "\n";
+    if (!out) throw CliError("cannot write " + path);
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    throw CliError("cannot write " + path + ": rename failed");
+  }
+}
+
+}  // namespace cleave

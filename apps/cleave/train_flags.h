@@ -1,0 +1,34 @@
+// train_flags.h: the training flags shared by `cleave train`, `cleave demo`,
+// `cleave fed` and `cleave split` (model, data, optimizer, schedule, seed...),
+// registered once so every command spells them the same way.
+#pragma once
+
+#include <string>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "core/train/train_config.h"
+
+namespace cleave {
+
+struct TrainFlags {
+  TrainConfig config;
+  std::string json_path;
+  bool no_progress = false;
+  CLI::Option* weight_decay = nullptr;
+};
+
+// Adds --model, --dataset, --dataset-dir, --epochs, --batch, --optimizer, --lr,
+// --momentum, --nesterov, --weight-decay, --beta1, --beta2, --eps, --lr-schedule,
+// --lr-step-size, --lr-gamma, --warmup-steps, --min-lr, --seed, --limit-train,
+// --limit-test, --max-steps, --microbatches, --backend, --threads, --json,
+// --no-progress to `cmd`.
+void add_train_flags(CLI::App& cmd, TrainFlags& flags);
+// Applies defaults that depend on other flags (AdamW's weight decay) and
+// validates; throws CliError.
+void finish_train_flags(TrainFlags& flags);
+// Writes `doc` to `path` (pretty JSON) atomically; "" does nothing.
+void write_json_file(const std::string& path, const nlohmann::json& doc);
+
+}  // namespace cleave

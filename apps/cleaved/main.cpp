@@ -1,0 +1,52 @@
+// cleaved: the device daemon. Thin: flags -> DaemonOptions -> run_daemon().
+#include <csignal>
+#include <cstdio>
+#include <exception>
+
+#include <CLI/CLI.hpp>
+
+#include "core/runtime/daemon.h"
+#include "device/device.h"
+#include "transport/link.h"
+#include "transport/log.h"
+
+namespace {
+std::atomic<bool> g_stop{false};
+void on_signal(int) { g_stop = true; }
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"cleaved: the cleave device daemon — hosts a range of layers and trains them with its neighbours"};
+  cleave::DaemonOptions o;
+  std::string memory_limit, bandwidth_limit;
+  bool verbose = false;
+  app.add_option("--coordinator", o.coordinator, "Coordinator to dial, tcp://HOST:PORT")->required();
+  app.add_option("--key", o.key_path, "This device's secret key (from `cleave keygen`)");
+  app.add_option("--coordinator-key", o.coordinator_key_path, "The coordinator's public key (.pub)");
+  app.add_option("--name", o.name, "Device name (default: the key file's stem)");
+  app.add_option("--backend", o.backend, "auto | cpu | opencl | cuda")->capture_default_str()
+      ->check(CLI::IsMember({"auto", "cpu", "opencl", "cuda"}));
+  app.add_option("--memory-limit", memory_limit, "Cap on what this daemon allocates, e.g. 512M, 4G");
+  app.add_option("--threads", o.threads, "CPU threads (0 = all cores)")->capture_default_str();
+  app.add_option("--peer-bind", o.peer_bind, "Where the previous stage dials in")->capture_default_str();
+  app.add_option("--bandwidth-limit", bandwidth_limit, "Throttle outgoing peer links, e.g. 100mbit, 10MB/s");
+  app.add_option("--max-jobs", o.max_jobs, "Exit after this many jobs (default: serve forever)");
+  app.add_option("--coordinator-timeout", o.coordinator_timeout_ms, "Abandon a job after this many ms of coordinator silence")
+      ->capture_default_str();
+  app.add_flag("--insecure", o.insecure, "Plain TCP without CURVE (logs a warning; for debugging only)");
+  app.add_flag("-v,--verbose", verbose, "Log more");
+  CLI11_PARSE(app, argc, argv);
+  try {
+    if (!o.insecure && (o.key_path.empty() || o.coordinator_key_path.empty()))
+      throw std::runtime_error("--key and --coordinator-key are required (or --insecure)");
+    if (!memory_limit.empty()) o.memory_limit = cleave::parse_bytes(memory_limit);
+    if (!bandwidth_limit.empty()) o.bandwidth_limit = cleave::transport::parse_bandwidth(bandwidth_limit);
+    cleave::transport::set_log_level(verbose ? cleave::transport::LogLevel::kDebug : cleave::transport::LogLevel::kInfo);
+    std::signal(SIGINT, on_signal);
+    std::signal(SIGTERM, on_signal);
+    return cleave::run_daemon(o, g_stop);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "cleaved: error: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,749 @@
+// bench_train_step.cpp: training-step throughput of cleave's CPU backend against
+// PyTorch, and the MLP's FLOP rate against the BLAS sgemm rate of the same run.
+//
+//   bench_train_step [--threads T | --threads-list 1,2] [--steps N] [--reps R]
+//                    [--seconds S] [--models mlp,cnn] [--profile] [--no-torch]
+//                    [--json PATH]
+//
+// For each thread count and model (models/mlp.json at batch 128, models/cnn.json
+// at batch 64) it times the loop of core/train/local_trainer.cpp on synthetic
+// data (inputs in [0, 1), random labels, fixed seed): upload, forward, softmax
+// cross-entropy (grad_scale 1/batch), backward, Adam (lr 1e-3), zero_grad. Each
+// repetition times N steps after a warm-up; the reported rate is the median over
+// repetitions. PyTorch (bench/core/torch_train_step.py, kept running as one
+// --serve subprocess) runs the same model, batch, thread count and step count,
+// and its repetitions alternate with cleave's so that both see the same machine
+// load. The BLAS rate is cblas_sgemm itself at the MLP's GEMM shapes and at
+// 1024^3, in the same process and with the same thread count.
+//
+// FLOPs: the GEMM FLOPs a training step needs, from the layer shapes: per Linear
+// / Conv2d, forward 2*B*W*S, weight gradient 2*B*W*S and input gradient
+// 2*B*W*S (W = weight elements, S = output positions per sample: 1 for Linear,
+// oh*ow for Conv2d), except that the first weight layer needs no input
+// gradient. Bias, activation, loss and optimizer FLOPs are left out.
+#include <cblas.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "bench/core/profiling_device.h"
+#include "core/model/model_spec.h"
+#include "core/model/partition.h"
+#include "core/nn/layer.h"
+#include "core/nn/loss.h"
+#include "core/optim/optimizer.h"
+#include "core/util/rng.h"
+#include "device/device.h"
+
+#ifndef CLEAVE_SOURCE_DIR
+#define CLEAVE_SOURCE_DIR "."
+#endif
+#ifndef CLEAVE_TORCH_SCRIPT
+#define CLEAVE_TORCH_SCRIPT "bench/core/torch_train_step.py"
+#endif
+
+namespace {
+
+using cleave::Shape;
+using cleave::Tensor;
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+int online_cores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) == 0) return std::max(1, CPU_COUNT(&set));
+  return static_cast<int>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN)));
+}
+
+std::vector<double> load_average() {
+  double l[3] = {0, 0, 0};
+  if (getloadavg(l, 3) != 3) return {};
+  return {l[0], l[1], l[2]};
+}
+
+// ---------------------------------------------------------------------------------------------
+// options
+
+struct ModelRun {
+  std::string name;   // mlp | cnn
+  int64_t batch = 0;
+};
+
+struct Options {
+  std::vector<int> threads;
+  std::vector<ModelRun> models{{"mlp", 128}, {"cnn", 64}};
+  int64_t steps = 0;  // 0 = calibrate to `seconds`
+  int warmup = 3;
+  int reps = 5;
+  double seconds = 3.0;  // timed seconds per (model, thread count) and framework, when steps == 0
+  double gemm_seconds = 0.08;
+  uint64_t seed = 1;
+  bool torch = true;
+  bool profile = false;
+  std::string models_dir = std::string(CLEAVE_SOURCE_DIR) + "/models";
+  std::string torch_script = CLEAVE_TORCH_SCRIPT;
+  std::string python = "python3";
+  std::string json_path = "bench-train-step.json";
+};
+
+void usage(std::ostream& os) {
+  os << "usage: bench_train_step [options]\n"
+        "  --threads T         run with T threads only (cleave's CPU device, OpenBLAS, torch)\n"
+        "  --threads-list L    comma-separated thread counts (default 1,<all cores>)\n"
+        "  --models L          comma-separated: mlp, cnn, optionally NAME:BATCH (default mlp:128,cnn:64)\n"
+        "  --steps N           timed steps per repetition (default: calibrated to --seconds)\n"
+        "  --seconds S         timed seconds per model, thread count and framework (default 3)\n"
+        "  --reps R            repetitions; the median is reported (default 5)\n"
+        "  --warmup W          untimed steps before the first repetition (default 3)\n"
+        "  --seed S            seed of the synthetic data and the weights (default 1)\n"
+        "  --profile           also print where cleave's step time goes, op by op\n"
+        "  --no-torch          skip the PyTorch comparison\n"
+        "  --python EXE        python interpreter for the PyTorch side (default python3)\n"
+        "  --torch-script P    path of torch_train_step.py\n"
+        "  --models-dir D      folder holding mlp.json and cnn.json (default <source>/models)\n"
+        "  --json PATH         where to write the results (default bench-train-step.json)\n";
+}
+
+[[noreturn]] void bad_args(const std::string& msg) {
+  std::cerr << "bench_train_step: " << msg << "\n";
+  usage(std::cerr);
+  std::exit(2);
+}
+
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, sep)) out.push_back(item);
+  return out;
+}
+
+int64_t parse_int(const std::string& flag, const std::string& v, int64_t lo) {
+  size_t used = 0;
+  int64_t x = 0;
+  try {
+    x = std::stoll(v, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != v.size() || x < lo)
+    bad_args(flag + " expects an integer >= " + std::to_string(lo) + ", got '" + v + "'");
+  return x;
+}
+
+double parse_positive(const std::string& flag, const std::string& v) {
+  size_t used = 0;
+  double x = 0;
+  try {
+    x = std::stod(v, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != v.size() || !(x > 0)) bad_args(flag + " expects a positive number, got '" + v + "'");
+  return x;
+}
+
+Options parse_options(int argc, char** argv) {
+  Options o;
+  bool threads_given = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) bad_args(arg + " needs a value");
+      return argv[++i];
+    };
+    if (arg == "--threads") {
+      o.threads = {static_cast<int>(parse_int(arg, value(), 1))};
+      threads_given = true;
+    } else if (arg == "--threads-list") {
+      o.threads.clear();
+      for (const std::string& t : split(value(), ',')) o.threads.push_back(static_cast<int>(parse_int(arg, t, 1)));
+      if (o.threads.empty()) bad_args("--threads-list is empty");
+      threads_given = true;
+    } else if (arg == "--models") {
+      o.models.clear();
+      for (const std::string& m : split(value(), ',')) {
+        const auto parts = split(m, ':');
+        if (parts.empty() || parts.size() > 2 || (parts[0] != "mlp" && parts[0] != "cnn"))
+          bad_args("--models: unknown entry '" + m + "' (expected mlp, cnn, mlp:BATCH or cnn:BATCH)");
+        const int64_t batch = parts.size() == 2 ? parse_int("--models batch", parts[1], 1)
+                                                : (parts[0] == "mlp" ? 128 : 64);
+        o.models.push_back({parts[0], batch});
+      }
+      if (o.models.empty()) bad_args("--models is empty");
+    } else if (arg == "--steps") {
+      o.steps = parse_int(arg, value(), 1);
+    } else if (arg == "--seconds") {
+      o.seconds = parse_positive(arg, value());
+    } else if (arg == "--reps") {
+      o.reps = static_cast<int>(parse_int(arg, value(), 1));
+    } else if (arg == "--warmup") {
+      o.warmup = static_cast<int>(parse_int(arg, value(), 0));
+    } else if (arg == "--seed") {
+      o.seed = static_cast<uint64_t>(parse_int(arg, value(), 0));
+    } else if (arg == "--profile") {
+      o.profile = true;
+    } else if (arg == "--no-torch") {
+      o.torch = false;
+    } else if (arg == "--python") {
+      o.python = value();
+    } else if (arg == "--torch-script") {
+      o.torch_script = value();
+    } else if (arg == "--models-dir") {
+      o.models_dir = value();
+    } else if (arg == "--json") {
+      o.json_path = value();
+    } else if (arg == "--help" || arg == "-h") {
+      usage(std::cout);
+      std::exit(0);
+    } else {
+      bad_args("unknown argument '" + arg + "'");
+    }
+  }
+  if (!threads_given) {
+    const int all = online_cores();
+    o.threads = all > 1 ? std::vector<int>{1, all} : std::vector<int>{1};
+  }
+  return o;
+}
+
+// ---------------------------------------------------------------------------------------------
+// FLOP accounting
+
+struct GemmShape {
+  bool ta, tb;
+  int64_t m, n, k;
+  std::string label() const {
+    return std::string(ta ? "T" : "N") + (tb ? "T" : "N") + " " + std::to_string(m) + "x" + std::to_string(n) +
+           "x" + std::to_string(k);
+  }
+  double flops() const { return 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k); }
+  bool operator<(const GemmShape& o) const {
+    return std::tie(ta, tb, m, n, k) < std::tie(o.ta, o.tb, o.m, o.n, o.k);
+  }
+};
+
+struct FlopCount {
+  double required = 0;  // GEMM FLOPs a step needs (no input gradient for the first weight layer)
+  double executed = 0;  // what Partition::backward(need_dx=false) runs: input gradient of every layer but layer 0
+  std::vector<GemmShape> linear_gemms;  // the Linear layers' GEMMs as cleave issues them (required ones)
+};
+
+FlopCount count_flops(const cleave::ModelSpec& spec, int64_t batch) {
+  FlopCount fc;
+  bool first_weight_layer = true;
+  for (int i = 0; i < spec.num_layers(); ++i) {
+    const std::string type = spec.layers[i].at("type").get<std::string>();
+    if (type != "linear" && type != "conv2d") continue;
+    const Shape& in = spec.shapes[i];
+    const Shape& out = spec.shapes[i + 1];
+    const int64_t positions = cleave::numel(out) / out.at(0);  // 1 for linear, oh*ow for conv
+    // Weight elements: (out, in) for Linear, (OC, C, kh, kw) for Conv2d.
+    const int64_t w_elems = cleave::numel(cleave::make_layer(spec.layers[i], in)->param_info().at(0).shape);
+    const double f = 2.0 * static_cast<double>(batch) * static_cast<double>(w_elems) * static_cast<double>(positions);
+    fc.required += first_weight_layer ? 2 * f : 3 * f;
+    fc.executed += i == 0 ? 2 * f : 3 * f;
+    if (type == "linear") {
+      const int64_t in_f = in.at(0), out_f = out.at(0);
+      fc.linear_gemms.push_back({false, true, batch, out_f, in_f});  // y = x W^T
+      fc.linear_gemms.push_back({true, false, out_f, in_f, batch});  // dW += dy^T x
+      if (!first_weight_layer) fc.linear_gemms.push_back({false, false, batch, in_f, out_f});  // dx = dy W
+    }
+    first_weight_layer = false;
+  }
+  return fc;
+}
+
+// ---------------------------------------------------------------------------------------------
+// sgemm rate (cblas_sgemm directly, row-major like Device::gemm)
+
+struct GemmRate {
+  GemmShape shape;
+  std::vector<double> gflops;  // one per repetition
+  double median_gflops() const { return median(gflops); }
+};
+
+GemmRate measure_sgemm(const GemmShape& s, int reps, double seconds) {
+  const int64_t rows_a = s.ta ? s.k : s.m, cols_a = s.ta ? s.m : s.k;
+  const int64_t rows_b = s.tb ? s.n : s.k, cols_b = s.tb ? s.k : s.n;
+  std::vector<float> a(static_cast<size_t>(rows_a * cols_a)), b(static_cast<size_t>(rows_b * cols_b)),
+      c(static_cast<size_t>(s.m * s.n), 0.f);
+  cleave::Rng rng(42);
+  for (float& v : a) v = rng.uniform(-1, 1);
+  for (float& v : b) v = rng.uniform(-1, 1);
+  auto run = [&] {
+    cblas_sgemm(CblasRowMajor, s.ta ? CblasTrans : CblasNoTrans, s.tb ? CblasTrans : CblasNoTrans,
+                static_cast<int>(s.m), static_cast<int>(s.n), static_cast<int>(s.k), 1.0f, a.data(),
+                static_cast<int>(cols_a), b.data(), static_cast<int>(cols_b), 0.0f, c.data(), static_cast<int>(s.n));
+  };
+  run();  // warm up (thread pool, caches)
+  GemmRate r{s, {}};
+  for (int rep = 0; rep < reps; ++rep) {
+    int64_t calls = 0;
+    const auto t0 = Clock::now();
+    double elapsed = 0;
+    do {
+      run();
+      ++calls;
+      elapsed = since(t0);
+    } while (elapsed < seconds);
+    r.gflops.push_back(s.flops() * static_cast<double>(calls) / elapsed * 1e-9);
+  }
+  return r;
+}
+
+// ---------------------------------------------------------------------------------------------
+// cleave's training step
+
+class CleaveRun {
+ public:
+  CleaveRun(std::unique_ptr<cleave::Device> device, const cleave::ModelSpec& spec, int64_t batch, uint64_t seed)
+      : device_(std::move(device)), spec_(spec), batch_(batch) {
+    model_ = std::make_unique<cleave::Partition>(*device_, spec_, 0, spec_.num_layers());
+    model_->init(seed);
+    model_->zero_grad();
+    cleave::OptimizerConfig oc;
+    oc.kind = "adam";
+    oc.lr = 1e-3f;
+    opt_ = std::make_unique<cleave::Optimizer>(*device_, oc, model_->param_count());
+    const int64_t in = cleave::numel(spec_.input);
+    const int64_t classes = cleave::numel(spec_.output());
+    cleave::Rng rng(cleave::derive_seed(seed, 7));
+    for (int b = 0; b < kBatches; ++b) {
+      xs_[b].resize(static_cast<size_t>(batch * in));
+      ys_[b].resize(static_cast<size_t>(batch));
+      for (float& v : xs_[b]) v = rng.uniform();
+      for (float& v : ys_[b]) v = static_cast<float>(rng.below(static_cast<uint64_t>(classes)));
+    }
+    Shape xs = spec_.input;
+    xs.insert(xs.begin(), batch);
+    x_ = Tensor(*device_, xs);
+    t_ = Tensor(*device_, {batch});
+  }
+
+  cleave::Device& device() { return *device_; }
+
+  // One training step, as in core/train/local_trainer.cpp; returns the mean loss.
+  double step() {
+    const int b = static_cast<int>(step_ % kBatches);
+    x_.from_host(xs_[b].data());
+    t_.from_host(ys_[b].data());
+    Tensor y = model_->forward(x_, 0, /*training=*/true, cleave::derive_seed(1, static_cast<uint64_t>(step_), 0));
+    Tensor dy(*device_, y.shape());
+    const double loss = cleave::compute_loss(*device_, spec_.loss, y, t_, dy, 1.0f / static_cast<float>(batch_))
+                            .loss_sum / static_cast<double>(batch_);
+    model_->backward(dy, 0, /*need_dx=*/false);
+    opt_->step(model_->params(), model_->grads());
+    model_->zero_grad();
+    ++step_;
+    return loss;
+  }
+
+  // Wall seconds of `steps` steps.
+  double time(int64_t steps) {
+    const auto t0 = Clock::now();
+    double loss = 0;
+    for (int64_t i = 0; i < steps; ++i) loss = step();
+    const double s = since(t0);
+    if (!std::isfinite(loss)) throw std::runtime_error("cleave training diverged (loss " + std::to_string(loss) + ")");
+    return s;
+  }
+
+ private:
+  static constexpr int kBatches = 4;
+  std::unique_ptr<cleave::Device> device_;
+  cleave::ModelSpec spec_;
+  int64_t batch_;
+  std::unique_ptr<cleave::Partition> model_;
+  std::unique_ptr<cleave::Optimizer> opt_;
+  std::vector<float> xs_[kBatches], ys_[kBatches];
+  Tensor x_, t_;
+  int64_t step_ = 0;
+};
+
+// ---------------------------------------------------------------------------------------------
+// the PyTorch side: one torch_train_step.py --serve process, one JSON line per request
+
+class TorchProcess {
+ public:
+  ~TorchProcess() { stop(); }
+
+  // Starts the server and reads its hello; on failure returns false and sets error().
+  bool start(const std::string& python, const std::string& script) {
+    if (access(script.c_str(), R_OK) != 0) {
+      error_ = "cannot read " + script;
+      return false;
+    }
+    int to_child[2], from_child[2];
+    if (pipe(to_child) != 0 || pipe(from_child) != 0) {
+      error_ = std::string("pipe: ") + std::strerror(errno);
+      return false;
+    }
+    pid_ = fork();
+    if (pid_ < 0) {
+      error_ = std::string("fork: ") + std::strerror(errno);
+      return false;
+    }
+    if (pid_ == 0) {
+      dup2(to_child[0], STDIN_FILENO);
+      dup2(from_child[1], STDOUT_FILENO);
+      close(to_child[0]);
+      close(to_child[1]);
+      close(from_child[0]);
+      close(from_child[1]);
+      execlp(python.c_str(), python.c_str(), script.c_str(), "--serve", static_cast<char*>(nullptr));
+      std::fprintf(stderr, "bench_train_step: cannot run %s: %s\n", python.c_str(), std::strerror(errno));
+      _exit(127);
+    }
+    close(to_child[0]);
+    close(from_child[1]);
+    fcntl(to_child[1], F_SETFD, FD_CLOEXEC);
+    fcntl(from_child[0], F_SETFD, FD_CLOEXEC);
+    in_ = fdopen(to_child[1], "w");
+    out_ = fdopen(from_child[0], "r");
+    if (!in_ || !out_) {
+      error_ = "fdopen failed";
+      return false;
+    }
+    auto hello = read_answer();
+    if (!hello) {
+      error_ = "could not start '" + python + " " + script + " --serve'" + (error_.empty() ? "" : ": " + error_);
+      return false;
+    }
+    if (!hello->value("ok", false)) {
+      error_ = hello->value("error", std::string("unknown error"));
+      return false;
+    }
+    version_ = hello->value("torch", std::string("?"));
+    return true;
+  }
+
+  const std::string& error() const { return error_; }
+  const std::string& version() const { return version_; }
+
+  // Sends one request; returns the answer, or nullopt (and error()) when the process is gone.
+  std::optional<json> request(const json& req) {
+    if (!in_) return std::nullopt;
+    const std::string line = req.dump() + "\n";
+    if (std::fputs(line.c_str(), in_) < 0 || std::fflush(in_) != 0) {
+      error_ = "the PyTorch process went away";
+      return std::nullopt;
+    }
+    return read_answer();
+  }
+
+  void stop() {
+    if (in_) std::fclose(in_);
+    if (out_) std::fclose(out_);
+    in_ = out_ = nullptr;
+    if (pid_ > 0) {
+      int status = 0;
+      waitpid(pid_, &status, 0);
+      pid_ = -1;
+    }
+  }
+
+ private:
+  std::optional<json> read_answer() {
+    char* line = nullptr;
+    size_t cap = 0;
+    const ssize_t n = getline(&line, &cap, out_);
+    std::string text = n > 0 ? std::string(line, static_cast<size_t>(n)) : std::string();
+    std::free(line);
+    if (n <= 0) {
+      error_ = "the PyTorch process exited";
+      return std::nullopt;
+    }
+    try {
+      return json::parse(text);
+    } catch (const json::exception&) {
+      error_ = "unexpected output from the PyTorch process: " + text;
+      return std::nullopt;
+    }
+  }
+
+  pid_t pid_ = -1;
+  FILE* in_ = nullptr;
+  FILE* out_ = nullptr;
+  std::string error_, version_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// profile: where one step's time goes, op by op
+
+json profile_steps(const cleave::ModelSpec& spec, int64_t batch, int threads, uint64_t seed, int64_t steps) {
+  cleave::DeviceOptions dopts;
+  dopts.threads = threads;
+  auto prof = std::make_unique<cleave::bench::ProfilingDevice>(cleave::open_device("cpu", dopts));
+  cleave::bench::ProfilingDevice* p = prof.get();
+  CleaveRun run(std::move(prof), spec, batch, seed);
+  run.time(2);
+  p->reset();
+  const double total = run.time(steps);
+  std::vector<std::pair<std::string, cleave::bench::OpTime>> ops(p->times().begin(), p->times().end());
+  std::sort(ops.begin(), ops.end(), [](const auto& a, const auto& b) { return a.second.seconds > b.second.seconds; });
+  json out = {{"model", spec.name}, {"threads", threads}, {"steps", steps},
+              {"ms_per_step", total / static_cast<double>(steps) * 1e3}, {"ops", json::array()}};
+  double in_ops = 0;
+  std::printf("\nprofile: %s, batch %lld, %d thread%s: %.2f ms per step\n", spec.name.c_str(),
+              static_cast<long long>(batch), threads, threads == 1 ? "" : "s", total / static_cast<double>(steps) * 1e3);
+  std::printf("  %-28s %10s %8s %7s\n", "op", "ms/step", "calls", "share");
+  for (const auto& [name, t] : ops) {
+    const double ms = t.seconds / static_cast<double>(steps) * 1e3;
+    in_ops += t.seconds;
+    std::printf("  %-28s %10.3f %8.1f %6.1f%%\n", name.c_str(), ms,
+                static_cast<double>(t.calls) / static_cast<double>(steps), 100.0 * t.seconds / total);
+    out["ops"].push_back({{"op", name}, {"ms_per_step", ms},
+                          {"calls_per_step", static_cast<double>(t.calls) / static_cast<double>(steps)}});
+  }
+  std::printf("  %-28s %10.3f %8s %6.1f%%\n", "(outside device ops)", (total - in_ops) / static_cast<double>(steps) * 1e3,
+              "", 100.0 * (total - in_ops) / total);
+  out["outside_ops_ms_per_step"] = (total - in_ops) / static_cast<double>(steps) * 1e3;
+  return out;
+}
+
+std::string fmt(const char* f, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, v);
+  return buf;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Options opt = parse_options(argc, argv);
+  signal(SIGPIPE, SIG_IGN);  // a dead PyTorch process must not kill the bench
+  const auto t_start = Clock::now();
+
+  // Models and their FLOP counts.
+  std::map<std::string, cleave::ModelSpec> specs;
+  try {
+    for (const ModelRun& m : opt.models)
+      if (!specs.count(m.name)) specs[m.name] = cleave::ModelSpec::load(opt.models_dir + "/" + m.name + ".json");
+  } catch (const std::exception& e) {
+    std::cerr << "bench_train_step: " << e.what() << " (use --models-dir)\n";
+    return 1;
+  }
+
+  json report;
+  const char* env_core = std::getenv("OPENBLAS_CORETYPE");
+  const char* env_l2 = std::getenv("OPENBLAS_L2_SIZE");
+  report["machine"] = {{"cores", online_cores()},
+                       {"load_average_start", load_average()},
+                       {"openblas_config", openblas_get_config()},
+                       {"openblas_core", openblas_get_corename()},
+                       {"OPENBLAS_CORETYPE", env_core ? env_core : ""},
+                       {"OPENBLAS_L2_SIZE", env_l2 ? env_l2 : ""}};
+  report["settings"] = {{"threads", opt.threads}, {"reps", opt.reps},     {"warmup", opt.warmup},
+                        {"seconds", opt.seconds}, {"steps", opt.steps},   {"seed", opt.seed},
+                        {"optimizer", "adam lr 1e-3"}};
+  std::printf("bench_train_step: %d cores, OpenBLAS %s (core %s)%s%s, load average %.2f\n", online_cores(),
+              openblas_get_config(), openblas_get_corename(), env_core ? ", OPENBLAS_CORETYPE=" : "",
+              env_core ? env_core : "", load_average().empty() ? 0.0 : load_average()[0]);
+
+  // PyTorch.
+  TorchProcess torch;
+  bool have_torch = false;
+  if (opt.torch) {
+    have_torch = torch.start(opt.python, opt.torch_script);
+    if (have_torch)
+      std::printf("PyTorch %s via %s\n", torch.version().c_str(), opt.torch_script.c_str());
+    else
+      std::printf("note: skipping the PyTorch comparison: %s\n", torch.error().c_str());
+  } else {
+    std::printf("note: PyTorch comparison off (--no-torch)\n");
+  }
+  report["torch"] = have_torch ? json(torch.version()) : json(nullptr);
+
+  // The MLP's GEMMs (for the "same GEMMs" sgemm rate) and the big square.
+  std::vector<GemmShape> gemm_shapes;
+  std::map<std::string, FlopCount> flops;
+  for (const ModelRun& m : opt.models) {
+    const std::string key = m.name + ":" + std::to_string(m.batch);
+    flops[key] = count_flops(specs.at(m.name), m.batch);
+    for (const GemmShape& g : flops[key].linear_gemms)
+      if (std::find_if(gemm_shapes.begin(), gemm_shapes.end(), [&](const GemmShape& s) {
+            return !(s < g) && !(g < s);
+          }) == gemm_shapes.end())
+        gemm_shapes.push_back(g);
+  }
+  const GemmShape square{false, false, 1024, 1024, 1024};
+  gemm_shapes.push_back(square);
+
+  json results = json::array(), sgemm_json = json::array(), profiles = json::array();
+  struct Row {
+    std::string model;
+    int threads;
+    int64_t batch, steps;
+    double cleave, torch, gflops, frac_square, frac_shapes;
+    bool has_flops;
+  };
+  std::vector<Row> rows;
+
+  try {
+    for (int threads : opt.threads) {
+      // sgemm at this thread count.
+      openblas_set_num_threads(threads);
+      std::map<std::string, double> rate;  // label -> median GFLOP/s
+      json sj = {{"threads", threads}, {"shapes", json::array()}};
+      std::printf("\nsgemm, %d thread%s (median GFLOP/s of %d):\n", threads, threads == 1 ? "" : "s", opt.reps);
+      for (const GemmShape& g : gemm_shapes) {
+        GemmRate r = measure_sgemm(g, 3, opt.gemm_seconds);
+        rate[g.label()] = r.median_gflops();
+        std::printf("  %-22s %8.1f\n", g.label().c_str(), r.median_gflops());
+        sj["shapes"].push_back({{"gemm", g.label()}, {"gflops", r.gflops}, {"median_gflops", r.median_gflops()}});
+      }
+      const double square_rate = rate.at(square.label());
+      sj["square_1024_gflops"] = square_rate;
+      sgemm_json.push_back(sj);
+
+      for (const ModelRun& m : opt.models) {
+        const cleave::ModelSpec& spec = specs.at(m.name);
+        const FlopCount& fc = flops.at(m.name + ":" + std::to_string(m.batch));
+        cleave::DeviceOptions dopts;
+        dopts.threads = threads;
+        CleaveRun run(cleave::open_device("cpu", dopts), spec, m.batch, opt.seed);
+        run.time(opt.warmup);
+        int64_t steps = opt.steps;
+        if (steps == 0) {  // calibrate: enough steps for `seconds` over all repetitions
+          int64_t n = 0;
+          const auto t0 = Clock::now();
+          do {
+            run.step();
+            ++n;
+          } while (since(t0) < 0.3 || n < 2);
+          const double per_step = since(t0) / static_cast<double>(n);
+          steps = std::clamp<int64_t>(static_cast<int64_t>(opt.seconds / opt.reps / per_step + 0.5), 2, 1000000);
+        }
+        std::vector<double> c_rates, t_rates;
+        std::string torch_error;
+        for (int rep = 0; rep < opt.reps; ++rep) {
+          run.time(1);  // re-warm after the other framework ran
+          c_rates.push_back(static_cast<double>(steps * m.batch) / run.time(steps));
+          if (have_torch && torch_error.empty()) {
+            json req = {{"model", opt.models_dir + "/" + m.name + ".json"},
+                        {"batch", m.batch},
+                        {"threads", threads},
+                        {"steps", steps},
+                        {"warmup", rep == 0 ? opt.warmup : 1},
+                        {"seed", opt.seed}};
+            auto ans = torch.request(req);
+            if (!ans) {
+              torch_error = torch.error();
+              have_torch = false;
+            } else if (!ans->value("ok", false)) {
+              torch_error = ans->value("error", std::string("unknown error"));
+            } else {
+              t_rates.push_back(ans->value("samples_per_sec", 0.0));
+            }
+          }
+        }
+        if (!torch_error.empty())
+          std::printf("note: PyTorch failed on %s: %s\n", m.name.c_str(), torch_error.c_str());
+        const double c_med = median(c_rates), t_med = t_rates.empty() ? 0.0 : median(t_rates);
+        const double gflops = c_med / static_cast<double>(m.batch) * fc.required * 1e-9;
+        double shapes_time = 0, shapes_flops = 0;  // sgemm alone on the model's Linear GEMMs
+        for (const GemmShape& g : fc.linear_gemms) {
+          shapes_time += g.flops() / (rate.at(g.label()) * 1e9);
+          shapes_flops += g.flops();
+        }
+        const bool all_linear = std::abs(shapes_flops - fc.required) < 1e-6 * fc.required;
+        const double shapes_rate = shapes_time > 0 ? shapes_flops / shapes_time * 1e-9 : 0;
+        Row row{m.name, threads, m.batch, steps, c_med, t_med, gflops, gflops / square_rate,
+                all_linear && shapes_rate > 0 ? gflops / shapes_rate : 0.0, true};
+        rows.push_back(row);
+        json rj = {{"model", m.name},
+                   {"batch", m.batch},
+                   {"threads", threads},
+                   {"steps_per_rep", steps},
+                   {"reps", opt.reps},
+                   {"cleave_samples_per_sec", c_rates},
+                   {"cleave_median_samples_per_sec", c_med},
+                   {"gemm_flops_per_step_required", fc.required},
+                   {"gemm_flops_per_step_executed", fc.executed},
+                   {"cleave_gflops", gflops},
+                   {"sgemm_square_1024_gflops", square_rate},
+                   {"fraction_of_sgemm_square", row.frac_square}};
+        if (all_linear) {
+          rj["sgemm_same_gemms_gflops"] = shapes_rate;
+          rj["fraction_of_sgemm_same_gemms"] = row.frac_shapes;
+        }
+        if (!t_rates.empty()) {
+          rj["torch_samples_per_sec"] = t_rates;
+          rj["torch_median_samples_per_sec"] = t_med;
+          rj["cleave_over_torch"] = c_med / t_med;
+        } else {
+          rj["torch_median_samples_per_sec"] = nullptr;
+          if (!torch_error.empty()) rj["torch_error"] = torch_error;
+        }
+        results.push_back(rj);
+        std::printf("%s batch %lld, %d thread%s: cleave %.0f samples/s%s  (%lld steps x %d reps)\n", m.name.c_str(),
+                    static_cast<long long>(m.batch), threads, threads == 1 ? "" : "s", c_med,
+                    t_rates.empty() ? "" : (", torch " + fmt("%.0f", t_med) + " samples/s").c_str(),
+                    static_cast<long long>(steps), opt.reps);
+        if (opt.profile) profiles.push_back(profile_steps(spec, m.batch, threads, opt.seed, steps));
+      }
+    }
+  } catch (const std::exception& e) {
+    std::cerr << "bench_train_step: " << e.what() << "\n";
+    return 1;
+  }
+  torch.stop();
+
+  // The table.
+  std::printf("\n%-5s %7s %5s %14s %14s %8s %9s %12s %12s\n", "model", "threads", "batch", "cleave samp/s",
+              "torch samp/s", "ratio", "GFLOP/s", "%sgemm1024", "%sgemm-same");
+  for (const Row& r : rows) {
+    const bool t = r.torch > 0;
+    std::printf("%-5s %7d %5lld %14.0f %14s %8s %9.1f %11.1f%% %12s\n", r.model.c_str(), r.threads,
+                static_cast<long long>(r.batch), r.cleave, t ? fmt("%.0f", r.torch).c_str() : "-",
+                t ? fmt("%.2f", r.cleave / r.torch).c_str() : "-", r.gflops, 100 * r.frac_square,
+                r.frac_shapes > 0 ? fmt("%.1f%%", 100 * r.frac_shapes).c_str() : "-");
+  }
+  std::printf("ratio = cleave / torch (medians); GFLOP/s counts the GEMM FLOPs a step needs; %%sgemm1024 = that\n"
+              "rate over cblas_sgemm 1024^3 at the same thread count; %%sgemm-same = over cblas_sgemm running\n"
+              "exactly the model's Linear GEMMs (MLP only).\n");
+
+  report["sgemm"] = sgemm_json;
+  report["results"] = results;
+  if (opt.profile) report["profile"] = profiles;
+  report["machine"]["load_average_end"] = load_average();
+  report["wall_seconds"] = since(t_start);
+  std::ofstream f(opt.json_path);
+  f << report.dump(2) << "\n";
+  if (!f) {
+    std::cerr << "bench_train_step: cannot write " << opt.json_path << "\n";
+    return 1;
+  }
+  std::printf("wrote %s (%.0f s)\n", opt.json_path.c_str(), since(t_start));
+  return 0;
+}

@@ -1,0 +1,93 @@
+// dataset.h: in-memory datasets and the readers that fill them.
+//
+// A Dataset is the whole split in host memory: float features, one sample after
+// another, and one float target per sample. Readers validate everything they
+// read and throw std::runtime_error naming the file and what is wrong with it
+// (bad magic, truncated data, a cell that is not a number, ...); they never
+// return a half-filled dataset. Formats, the lookup of Fashion-MNIST and the
+// CSV options are described in docs/data.md.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace cleave {
+
+// Same alias as device/tensor.h (redeclared here so cleave_data does not need
+// the device library).
+using Shape = std::vector<int64_t>;
+
+struct Dataset {
+  std::string name;
+  Shape sample_shape;     // shape of one sample, e.g. (1, 28, 28) or (features)
+  int num_classes = 0;    // classes for classification; 0 for regression targets
+  std::vector<float> x;   // (size, sample_shape...) row-major
+  std::vector<float> y;   // (size): class index as float, or the regression target
+
+  int64_t size() const { return static_cast<int64_t>(y.size()); }
+  // Floats per sample: the product of sample_shape.
+  int64_t sample_numel() const;
+};
+
+// Throws std::runtime_error when x / y / sample_shape / num_classes disagree
+// (x.size() != size * sample_numel, a class label outside [0, num_classes)).
+void check_dataset(const Dataset& data);
+
+// Reads an IDX image file and an IDX label file (gzip or uncompressed, detected
+// by content). Images: unsigned-byte IDX with 2, 3 or 4 dimensions (N, ...);
+// samples get shape (features), (1, rows, cols) or (d1, d2, d3) and are scaled
+// to [0, 1] by /255. Labels: unsigned-byte IDX1 (N). limit >= 0 reads only the
+// first `limit` samples (-1: all). num_classes = max label + 1.
+Dataset load_idx(const std::string& images_path, const std::string& labels_path,
+                 const std::string& name, int64_t limit = -1);
+
+// The Fashion-MNIST directory: dir_override if non-empty, else
+// $CLEAVE_DATA_DIR if set, else /usr/share/datasets/fashion-mnist. Throws
+// std::runtime_error (with the apt-get hint) when its four IDX files, each
+// plain or .gz, are not all there.
+std::string find_fashion_mnist(const std::string& dir_override);
+
+// Fashion-MNIST train (60000) or test (10000) split: shape (1, 28, 28), 10
+// classes, pixels in [0, 1]. `dir` goes through find_fashion_mnist ("" = the
+// default lookup).
+Dataset load_fashion_mnist(const std::string& dir, bool train, int64_t limit = -1);
+
+// Where a CSV file's header row comes from.
+enum class CsvHeader { detect, present, absent };
+
+struct CsvOptions {
+  // Label / target column: a 0-based index ("0"), "first", "last", or a header
+  // name (needs a header row).
+  std::string label_column = "0";
+  // detect: the first row is a header when none of its cells is a number.
+  CsvHeader header = CsvHeader::detect;
+  Shape sample_shape;            // empty: (features); else its numel must equal the feature count
+  float scale = 1.0f;            // every feature is multiplied by this (e.g. 1/255)
+  int64_t limit = -1;            // read at most this many data rows (-1: all)
+  int num_classes = 0;           // 0: max label + 1; else labels must be below it
+  bool regression = false;       // targets are any finite number; num_classes = 0
+  char delimiter = ',';
+};
+
+// Reads a numeric CSV file: one sample per row, one label column, the other
+// columns are the features in file order. Throws std::runtime_error naming
+// file, line and column ("data.csv:17: column 4: 'abc' is not a number").
+Dataset load_csv(const std::string& path, const CsvOptions& opts = {});
+
+// The front door used by the apps. `name_or_path` is
+//   "fashion-mnist"      -> load_fashion_mnist(dataset_dir, train, limit)
+//   a path ending .csv   -> load_csv; the test split is the sibling file whose
+//                           name has its last "train" replaced by "test"
+//                           (data/train.csv -> data/test.csv); a relative path
+//                           not found as given is looked up in dataset_dir
+//   a directory          -> load_idx on {train,t10k,test}-{images-idx3,labels-idx1}-ubyte[.gz]
+// Throws std::runtime_error when nothing matches or the split is missing.
+Dataset load_dataset(const std::string& name_or_path, const std::string& dataset_dir, bool train,
+                     int64_t limit = -1, const CsvOptions& csv = {});
+
+// The samples at `indices` (in that order, repeats allowed), same name, shape
+// and num_classes. Throws std::out_of_range for an index outside [0, size).
+Dataset subset(const Dataset& data, const std::vector<int64_t>& indices);
+
+}  // namespace cleave

@@ -1,0 +1,73 @@
+// loader.cpp: BatchLoader and the seeded permutation it uses.
+#include "core/data/loader.h"
+
+#include <algorithm>
+#include <cstring>
+#include <numeric>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+#include "core/util/rng.h"
+
+namespace cleave {
+
+std::vector<int64_t> seeded_permutation(int64_t n, uint64_t seed) {
+  std::vector<int64_t> order(static_cast<size_t>(n > 0 ? n : 0));
+  std::iota(order.begin(), order.end(), int64_t{0});
+  Rng rng(seed);
+  for (int64_t i = n - 1; i > 0; --i) {
+    const auto j = static_cast<int64_t>(rng.below(static_cast<uint64_t>(i) + 1));
+    std::swap(order[static_cast<size_t>(i)], order[static_cast<size_t>(j)]);
+  }
+  return order;
+}
+
+BatchLoader::BatchLoader(const Dataset& data, int64_t batch, bool shuffle, uint64_t seed, bool drop_last)
+    : data_(&data), batch_(batch), shuffle_(shuffle), seed_(seed), drop_last_(drop_last) {
+  if (batch <= 0) throw std::invalid_argument("BatchLoader: batch size must be > 0, got " + std::to_string(batch));
+  check_dataset(data);
+  start_epoch(0);
+}
+
+int64_t BatchLoader::batches_per_epoch() const {
+  const int64_t n = data_->size();
+  return drop_last_ ? n / batch_ : (n + batch_ - 1) / batch_;
+}
+
+void BatchLoader::start_epoch(int64_t epoch) {
+  if (epoch < 0) throw std::invalid_argument("BatchLoader: epoch must be >= 0, got " + std::to_string(epoch));
+  epoch_ = epoch;
+  const int64_t n = data_->size();
+  if (shuffle_) {
+    order_ = seeded_permutation(n, derive_seed(seed_, static_cast<uint64_t>(epoch)));
+  } else {
+    order_.resize(static_cast<size_t>(n));
+    std::iota(order_.begin(), order_.end(), int64_t{0});
+  }
+}
+
+Batch BatchLoader::get(int64_t index) const {
+  const int64_t count = batches_per_epoch();
+  if (index < 0 || index >= count)
+    throw std::out_of_range("BatchLoader: batch " + std::to_string(index) + " is outside [0, " +
+                            std::to_string(count) + ") for " + std::to_string(data_->size()) + " samples in batches of " +
+                            std::to_string(batch_));
+  const int64_t begin = index * batch_;
+  const int64_t end = std::min(begin + batch_, data_->size());
+  const size_t per = static_cast<size_t>(data_->sample_numel());
+  Batch b;
+  b.size = end - begin;
+  b.x_shape = {b.size};
+  b.x_shape.insert(b.x_shape.end(), data_->sample_shape.begin(), data_->sample_shape.end());
+  b.x.resize(static_cast<size_t>(b.size) * per);
+  b.y.resize(static_cast<size_t>(b.size));
+  for (int64_t k = 0; k < b.size; ++k) {
+    const auto i = static_cast<size_t>(order_[static_cast<size_t>(begin + k)]);
+    std::memcpy(b.x.data() + static_cast<size_t>(k) * per, data_->x.data() + i * per, per * sizeof(float));
+    b.y[static_cast<size_t>(k)] = data_->y[i];
+  }
+  return b;
+}
+
+}  // namespace cleave

@@ -1,0 +1,132 @@
+// partition.cpp: layers [begin, end) of a model on one device, with one parameter
+// block, one gradient block, and the stashed activations of each micro-batch.
+//
+// Forward keeps references to x and to every layer's output (no copies): the
+// caller must not overwrite x or the returned output until backward(mb) has run.
+// Backward releases each activation as soon as the layer that needed it is done.
+#include "core/model/partition.h"
+
+#include <stdexcept>
+#include <string>
+
+#include "core/nn/spec_fields.h"
+
+namespace cleave {
+
+namespace {
+
+std::string range_str(int begin, int end) {
+  return "[" + std::to_string(begin) + ", " + std::to_string(end) + ")";
+}
+
+}  // namespace
+
+Partition::Partition(Device& device, const ModelSpec& spec, int begin, int end)
+    : device_(&device), spec_(spec), begin_(begin), end_(end) {
+  if (begin < 0 || end > spec.num_layers() || begin >= end)
+    throw std::invalid_argument("partition " + range_str(begin, end) + " is empty or outside the model's " +
+                                std::to_string(spec.num_layers()) + " layers");
+  if (static_cast<int>(spec.shapes.size()) != spec.num_layers() + 1)
+    throw std::invalid_argument("partition: model spec '" + spec.name + "' has no shapes (use ModelSpec::parse)");
+  int64_t total = 0;
+  for (int i = begin; i < end; ++i) {
+    layers_.push_back(make_layer(spec.layers[static_cast<size_t>(i)], spec.shapes[static_cast<size_t>(i)]));
+    offsets_.push_back(total);
+    total += layers_.back()->param_count();
+  }
+  if (total > 0) {
+    params_ = Tensor(device, {total});
+    grads_ = Tensor(device, {total});
+    device.fill(params_, 0.0f);
+    device.fill(grads_, 0.0f);
+    for (size_t l = 0; l < layers_.size(); ++l) {
+      const int64_t n = layers_[l]->param_count();
+      if (n == 0) continue;
+      layers_[l]->bind(Tensor::view(params_, offsets_[l], {n}), Tensor::view(grads_, offsets_[l], {n}));
+    }
+  }
+}
+
+void Partition::init(uint64_t seed) {
+  if (!params_.defined()) return;
+  std::vector<float> host(static_cast<size_t>(params_.numel()));
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    const int64_t n = layers_[l]->param_count();
+    if (n == 0) continue;
+    Rng rng(derive_seed(seed, static_cast<uint64_t>(begin_ + static_cast<int>(l))));
+    layers_[l]->init(rng, std::span<float>(host.data() + offsets_[l], static_cast<size_t>(n)));
+  }
+  device_->upload(params_, host.data());
+}
+
+void Partition::zero_grad() {
+  if (grads_.defined()) device_->fill(grads_, 0.0f);
+}
+
+Tensor Partition::forward(const Tensor& x, int microbatch, bool training, uint64_t seed) {
+  const std::string where = "partition " + range_str(begin_, end_) + " forward input";
+  nn_detail::check_batch_shape(where.c_str(), x, input_shape());
+  if (&x.device() != device_)
+    throw std::invalid_argument("partition " + range_str(begin_, end_) + ": input lives on another device");
+  if (training && stash_.count(microbatch))
+    throw std::logic_error("partition " + range_str(begin_, end_) + ": micro-batch " + std::to_string(microbatch) +
+                           " already has a pending forward (run its backward first)");
+  const int64_t batch = x.dim(0);
+  Stash s;
+  s.acts.reserve(layers_.size() + 1);
+  s.contexts.resize(layers_.size());
+  s.acts.push_back(x);
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    const int global = begin_ + static_cast<int>(l);
+    Tensor y(*device_, nn_detail::with_batch(batch, spec_.shapes[static_cast<size_t>(global + 1)]));
+    s.contexts[l].seed = derive_seed(seed, static_cast<uint64_t>(global));
+    layers_[l]->forward(s.acts.back(), y, s.contexts[l], training);
+    if (training) {
+      s.acts.push_back(std::move(y));
+    } else {
+      s.acts.back() = std::move(y);  // evaluation: keep only the latest activation
+      s.contexts[l].saved.clear();
+    }
+  }
+  Tensor out = s.acts.back();
+  if (training) stash_.emplace(microbatch, std::move(s));
+  return out;
+}
+
+Tensor Partition::backward(const Tensor& dy, int microbatch, bool need_dx) {
+  auto it = stash_.find(microbatch);
+  if (it == stash_.end())
+    throw std::logic_error("partition " + range_str(begin_, end_) + ": backward for micro-batch " +
+                           std::to_string(microbatch) + " without a pending training forward");
+  const int64_t batch = it->second.acts.front().dim(0);
+  const std::string where = "partition " + range_str(begin_, end_) + " backward output gradient";
+  nn_detail::check_batch_shape(where.c_str(), dy, output_shape());
+  if (dy.dim(0) != batch)
+    throw std::invalid_argument(where + ": batch " + std::to_string(dy.dim(0)) + " differs from the forward batch " +
+                                std::to_string(batch));
+  Stash s = std::move(it->second);
+  stash_.erase(it);  // freed whatever happens below
+  Tensor grad = dy;
+  for (size_t l = layers_.size(); l-- > 0;) {
+    const bool want_dx = l > 0 || need_dx;
+    Tensor dx;
+    if (want_dx) dx = Tensor(*device_, s.acts[l].shape());
+    layers_[l]->backward(s.acts[l], s.acts[l + 1], grad, want_dx ? &dx : nullptr, s.contexts[l]);
+    s.acts[l + 1] = Tensor();  // release the output and context of this layer
+    s.contexts[l].saved.clear();
+    grad = std::move(dx);
+  }
+  return need_dx ? grad : Tensor();
+}
+
+size_t Partition::stash_bytes() const {
+  size_t bytes = 0;
+  for (const auto& [mb, s] : stash_) {
+    for (const auto& t : s.acts) bytes += t.bytes();
+    for (const auto& c : s.contexts)
+      for (const auto& t : c.saved) bytes += t.bytes();
+  }
+  return bytes;
+}
+
+}  // namespace cleave

@@ -1,0 +1,112 @@
+// linear.cpp: fully connected layer, y = x W^T + b (PyTorch nn.Linear).
+//
+// Input must be rank 1 per sample (batch, in); W (out, in), b (out), both views
+// into the partition's parameter block. Nothing is saved for backward beyond x.
+#include <cmath>
+#include <stdexcept>
+
+#include "core/nn/layers.h"
+#include "core/nn/spec_fields.h"
+
+namespace cleave::nn_detail {
+
+namespace {
+
+class Linear final : public Layer {
+ public:
+  Linear(const Shape& in, int64_t out_features, bool bias)
+      : in_(in), in_features_(in.at(0)), out_features_(out_features), bias_(bias) {}
+
+  std::string type() const override { return "linear"; }
+  nlohmann::json to_json() const override {
+    return {{"type", "linear"}, {"in_features", in_features_}, {"out_features", out_features_}, {"bias", bias_}};
+  }
+  Shape output_shape(const Shape& in) const override {
+    if (in.size() != 1)
+      throw std::invalid_argument("linear needs a rank-1 input per sample, got " + shape_str(in) +
+                                  " (add a flatten layer before it)");
+    if (in[0] != in_features_)
+      throw std::invalid_argument("field 'in_features': layer has " + std::to_string(in_features_) +
+                                  " but its input has " + std::to_string(in[0]) + " features");
+    return {out_features_};
+  }
+  int64_t param_count() const override { return out_features_ * in_features_ + (bias_ ? out_features_ : 0); }
+  std::vector<ParamInfo> param_info() const override {
+    std::vector<ParamInfo> p{{"weight", {out_features_, in_features_}, 0}};
+    if (bias_) p.push_back({"bias", {out_features_}, out_features_ * in_features_});
+    return p;
+  }
+  void bind(const Tensor& params, const Tensor& grads) override {
+    const int64_t nw = out_features_ * in_features_;
+    w_ = Tensor::view(params, 0, {out_features_, in_features_});
+    dw_ = Tensor::view(grads, 0, {out_features_, in_features_});
+    if (bias_) {
+      b_ = Tensor::view(params, nw, {out_features_});
+      db_ = Tensor::view(grads, nw, {out_features_});
+    }
+  }
+  // U(-1/sqrt(in), 1/sqrt(in)) for weight and bias (PyTorch's kaiming_uniform_(a=sqrt(5))).
+  void init(Rng& rng, std::span<float> out) const override {
+    const float bound = 1.0f / std::sqrt(static_cast<float>(in_features_));
+    for (float& v : out) v = rng.uniform(-bound, bound);
+  }
+  int64_t flops_per_sample(const Shape&) const override {
+    return 2 * in_features_ * out_features_ + (bias_ ? out_features_ : 0);
+  }
+
+  void forward(const Tensor& x, const Tensor& y, LayerContext&, bool) override {
+    check_batch_shape("linear input", x, in_);
+    const int64_t n = x.dim(0);
+    check_batch_shape("linear output", y, {out_features_});
+    if (y.dim(0) != n) throw std::invalid_argument("linear: output batch differs from input batch");
+    Device& d = x.device();
+    // y (n, out) = x (n, in) * W^T (in, out)
+    d.gemm(false, true, n, out_features_, in_features_, 1.0f, x, in_features_, w_, in_features_, 0.0f, y,
+           out_features_);
+    if (bias_) d.add_bias_rows(y, b_, n, out_features_);
+  }
+
+  void backward(const Tensor& x, const Tensor&, const Tensor& dy, const Tensor* dx, LayerContext&) override {
+    check_batch_shape("linear input", x, in_);
+    const int64_t n = x.dim(0);
+    check_batch_shape("linear output gradient", dy, {out_features_});
+    Device& d = x.device();
+    // dW (out, in) += dy^T (out, n) * x (n, in)
+    d.gemm(true, false, out_features_, in_features_, n, 1.0f, dy, out_features_, x, in_features_, 1.0f, dw_,
+           in_features_);
+    if (bias_) d.bias_grad_rows(dy, db_, n, out_features_);
+    if (dx) {
+      check_batch_shape("linear input gradient", *dx, in_);
+      // dx (n, in) = dy (n, out) * W (out, in)
+      d.gemm(false, false, n, in_features_, out_features_, 1.0f, dy, out_features_, w_, in_features_, 0.0f, *dx,
+             in_features_);
+    }
+  }
+
+ private:
+  Shape in_;
+  int64_t in_features_, out_features_;
+  bool bias_;
+  Tensor w_, b_, dw_, db_;  // w (out, in), b (out)
+};
+
+}  // namespace
+
+std::unique_ptr<Layer> make_linear(const nlohmann::json& spec, const Shape& in) {
+  SpecFields f(spec);
+  const int64_t out_features = f.integer("out_features", 1);
+  const bool bias = f.boolean("bias", true);
+  const int64_t in_features = f.integer("in_features", 1, -1);
+  f.reject_unknown();
+  if (in.size() != 1)
+    throw std::invalid_argument("linear needs a rank-1 input per sample, got " + shape_str(in) +
+                                " (add a flatten layer before it)");
+  if (in_features != -1 && in_features != in[0])
+    throw std::invalid_argument("field 'in_features': " + std::to_string(in_features) + " does not match the input's " +
+                                std::to_string(in[0]) + " features");
+  check_elements("linear weight (" + std::to_string(out_features) + ", " + std::to_string(in[0]) + ")",
+                 {out_features, in[0]});
+  return std::make_unique<Linear>(in, out_features, bias);
+}
+
+}  // namespace cleave::nn_detail

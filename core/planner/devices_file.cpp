@@ -1,0 +1,231 @@
+// devices_file.cpp: parsing and writing device / link description files.
+#include "core/planner/devices_file.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <set>
+#include <stdexcept>
+
+namespace cleave {
+
+using nlohmann::json;
+
+namespace {
+
+std::runtime_error file_error(const std::string& source, const std::string& what) {
+  return std::runtime_error(source + ": " + what);
+}
+
+void check_fields(const json& obj, std::initializer_list<const char*> allowed, const std::string& source,
+                  const std::string& where) {
+  for (auto it = obj.begin(); it != obj.end(); ++it) {
+    bool ok = false;
+    for (const char* a : allowed) ok |= it.key() == a;
+    if (!ok) {
+      std::string list;
+      for (const char* a : allowed) list += std::string(list.empty() ? "" : ", ") + a;
+      throw file_error(source, where + ": unknown field '" + it.key() + "' (known: " + list + ")");
+    }
+  }
+}
+
+double get_number(const json& obj, const char* key, const std::string& source, const std::string& where,
+                  bool required, double fallback) {
+  if (!obj.contains(key)) {
+    if (required) throw file_error(source, where + ": missing field '" + key + "'");
+    return fallback;
+  }
+  const json& v = obj[key];
+  if (!v.is_number()) throw file_error(source, where + ": " + key + ": expected a number, got " + v.dump());
+  return v.get<double>();
+}
+
+LinkProfile parse_link_fields(const json& obj, const std::string& source, const std::string& where) {
+  LinkProfile l;
+  l.mbps = get_number(obj, "mbps", source, where, true, 0);
+  if (!std::isfinite(l.mbps) || l.mbps <= 0)
+    throw file_error(source, where + ": mbps: expected a positive bandwidth in Mbit/s, got " + obj["mbps"].dump());
+  l.latency_ms = get_number(obj, "latency_ms", source, where, false, 0);
+  if (!std::isfinite(l.latency_ms) || l.latency_ms < 0)
+    throw file_error(source, where + ": latency_ms: expected a number >= 0, got " + obj["latency_ms"].dump());
+  if (obj.contains("encoding")) {
+    const json& e = obj["encoding"];
+    if (!e.is_string()) throw file_error(source, where + ": encoding: expected \"f32\", \"f16\" or \"int8\", got " + e.dump());
+    try {
+      l.encoding = parse_encoding(e.get<std::string>());
+    } catch (const std::invalid_argument& ex) {
+      throw file_error(source, where + ": encoding: " + ex.what());
+    }
+  }
+  return l;
+}
+
+}  // namespace
+
+int64_t parse_memory_size(const json& value) {
+  const char* forms = "expected bytes (an integer) or a size such as \"512M\", \"4G\", \"1.5GiB\"";
+  if (value.is_number_integer() || value.is_number_unsigned()) {
+    const int64_t v = value.get<int64_t>();
+    if (v < 0) throw std::invalid_argument(std::string("negative memory size; ") + forms);
+    return v;
+  }
+  if (value.is_number_float()) {
+    const double v = value.get<double>();
+    if (!std::isfinite(v) || v < 0 || v != std::floor(v) || v > 9.0e18)
+      throw std::invalid_argument(std::string("not a whole number of bytes: ") + value.dump() + "; " + forms);
+    return static_cast<int64_t>(v);
+  }
+  if (!value.is_string()) throw std::invalid_argument(std::string(forms) + ", got " + value.dump());
+  const std::string s = value.get<std::string>();
+  size_t pos = 0;
+  while (pos < s.size() && (std::isdigit(static_cast<unsigned char>(s[pos])) || s[pos] == '.')) ++pos;
+  const std::string number = s.substr(0, pos);
+  std::string suffix = s.substr(pos);
+  while (!suffix.empty() && suffix.front() == ' ') suffix.erase(suffix.begin());
+  if (number.empty() || number == "." || std::count(number.begin(), number.end(), '.') > 1)
+    throw std::invalid_argument(std::string(forms) + ", got \"" + s + "\"");
+  const double v = std::stod(number);
+  std::string u;
+  for (char ch : suffix) u += static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+  if (u.size() >= 2 && u.back() == 'B') u.pop_back();  // "GB", "GiB" -> "G", "GI"
+  if (u.size() == 2 && u[1] == 'I') u.pop_back();       // "GI" -> "G"
+  double mult;
+  if (u.empty() || u == "B") mult = 1;
+  else if (u == "K") mult = 1024.0;
+  else if (u == "M") mult = 1024.0 * 1024;
+  else if (u == "G") mult = 1024.0 * 1024 * 1024;
+  else if (u == "T") mult = 1024.0 * 1024 * 1024 * 1024;
+  else throw std::invalid_argument("unknown size suffix '" + suffix + "' in \"" + s + "\"; " + forms);
+  const double bytes = std::floor(v * mult);
+  if (!std::isfinite(bytes) || bytes > 9.0e18) throw std::invalid_argument("memory size too large: \"" + s + "\"");
+  return static_cast<int64_t>(bytes);
+}
+
+Cluster parse_cluster(const json& doc, const std::string& source) {
+  if (!doc.is_object()) throw file_error(source, "expected a JSON object with \"devices\"");
+  check_fields(doc, {"devices", "links", "default_link", "description"}, source, "top level");
+  if (!doc.contains("devices") || !doc["devices"].is_array() || doc["devices"].empty())
+    throw file_error(source, "\"devices\": expected a non-empty array of {\"name\", \"memory\", \"gflops\"}");
+  Cluster c;
+  const json& devices = doc["devices"];
+  for (size_t i = 0; i < devices.size(); ++i) {
+    const json& d = devices[i];
+    std::string where = "devices[" + std::to_string(i) + "]";
+    if (!d.is_object()) throw file_error(source, where + ": expected an object, got " + d.dump());
+    if (!d.contains("name") || !d["name"].is_string() || d["name"].get<std::string>().empty())
+      throw file_error(source, where + ": missing or empty \"name\"");
+    DeviceProfile dev;
+    dev.name = d["name"].get<std::string>();
+    where += " ('" + dev.name + "')";
+    check_fields(d, {"name", "memory", "gflops", "layer_seconds", "backend", "address", "description"}, source, where);
+    if (c.index_of(dev.name) >= 0) throw file_error(source, where + ": duplicate device name '" + dev.name + "'");
+    if (!d.contains("memory")) throw file_error(source, where + ": missing field 'memory'");
+    try {
+      dev.memory_bytes = parse_memory_size(d["memory"]);
+    } catch (const std::invalid_argument& e) {
+      throw file_error(source, where + ": memory: " + e.what());
+    }
+    const bool measured = d.contains("layer_seconds");
+    dev.gflops = get_number(d, "gflops", source, where, !measured, 0);
+    if (!std::isfinite(dev.gflops) || dev.gflops < 0 || (!measured && dev.gflops == 0))
+      throw file_error(source, where + ": gflops: expected a positive number (sustained GFLOP/s), got " + d["gflops"].dump());
+    if (measured) {
+      const json& t = d["layer_seconds"];
+      if (!t.is_array()) throw file_error(source, where + ": layer_seconds: expected an array of seconds per sample");
+      std::vector<double> secs;
+      for (size_t j = 0; j < t.size(); ++j) {
+        if (!t[j].is_number() || !std::isfinite(t[j].get<double>()) || t[j].get<double>() < 0)
+          throw file_error(source, where + ": layer_seconds[" + std::to_string(j) + "]: expected a number >= 0, got " +
+                                       t[j].dump());
+        secs.push_back(t[j].get<double>());
+      }
+      dev.layer_seconds_per_sample = std::move(secs);
+    }
+    c.devices.push_back(std::move(dev));
+  }
+  if (doc.contains("default_link")) {
+    const json& l = doc["default_link"];
+    if (!l.is_object()) throw file_error(source, "default_link: expected {\"mbps\", \"latency_ms\"}");
+    check_fields(l, {"mbps", "latency_ms", "encoding"}, source, "default_link");
+    c.default_link = parse_link_fields(l, source, "default_link");
+  }
+  if (doc.contains("links")) {
+    const json& links = doc["links"];
+    if (!links.is_array()) throw file_error(source, "\"links\": expected an array of {\"from\", \"to\", \"mbps\"}");
+    std::set<std::pair<int, int>> given;
+    std::vector<std::pair<std::pair<int, int>, LinkProfile>> parsed;
+    for (size_t i = 0; i < links.size(); ++i) {
+      const json& l = links[i];
+      std::string where = "links[" + std::to_string(i) + "]";
+      if (!l.is_object()) throw file_error(source, where + ": expected an object, got " + l.dump());
+      check_fields(l, {"from", "to", "mbps", "latency_ms", "encoding", "description"}, source, where);
+      int ends[2];
+      const char* keys[2] = {"from", "to"};
+      for (int e = 0; e < 2; ++e) {
+        if (!l.contains(keys[e]) || !l[keys[e]].is_string())
+          throw file_error(source, where + ": missing or non-string '" + keys[e] + "'");
+        ends[e] = c.index_of(l[keys[e]].get<std::string>());
+        if (ends[e] < 0)
+          throw file_error(source, where + ": " + keys[e] + ": no device named '" + l[keys[e]].get<std::string>() + "'");
+      }
+      where += " (" + c.devices[ends[0]].name + " -> " + c.devices[ends[1]].name + ")";
+      if (ends[0] == ends[1]) throw file_error(source, where + ": a link needs two different devices");
+      if (!given.insert({ends[0], ends[1]}).second) throw file_error(source, where + ": this link is given twice");
+      parsed.push_back({{ends[0], ends[1]}, parse_link_fields(l, source, where)});
+    }
+    for (const auto& [key, l] : parsed) c.set_link(key.first, key.second, l);
+    for (const auto& [key, l] : parsed)  // symmetric unless the reverse is given
+      if (!given.count({key.second, key.first})) c.set_link(key.second, key.first, l);
+  }
+  return c;
+}
+
+Cluster load_cluster(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw std::runtime_error(path + ": cannot open devices file: " + std::strerror(errno));
+  json doc;
+  try {
+    doc = json::parse(in);
+  } catch (const json::parse_error& e) {
+    throw std::runtime_error(path + ": not valid JSON: " + e.what());
+  }
+  return parse_cluster(doc, path);
+}
+
+namespace {
+json link_json(const LinkProfile& l) {
+  json j = {{"mbps", l.mbps}, {"latency_ms", l.latency_ms}};
+  if (l.encoding) j["encoding"] = encoding_name(*l.encoding);
+  return j;
+}
+}  // namespace
+
+json cluster_to_json(const Cluster& c) {
+  json devices = json::array();
+  for (const DeviceProfile& d : c.devices) {
+    json j = {{"name", d.name}, {"memory", d.memory_bytes}, {"gflops", d.gflops}};
+    if (d.layer_seconds_per_sample) j["layer_seconds"] = *d.layer_seconds_per_sample;
+    devices.push_back(std::move(j));
+  }
+  json links = json::array();
+  for (const auto& [key, l] : c.links) {
+    json j = link_json(l);
+    j["from"] = c.devices.at(key.first).name;
+    j["to"] = c.devices.at(key.second).name;
+    links.push_back(std::move(j));
+  }
+  return {{"devices", devices}, {"links", links}, {"default_link", link_json(c.default_link)}};
+}
+
+void write_devices_file(const std::string& path, const Cluster& cluster) {
+  std::ofstream out(path);
+  if (!out) throw std::runtime_error(path + ": cannot write devices file: " + std::strerror(errno));
+  out << cluster_to_json(cluster).dump(2) << "\n";
+  if (!out) throw std::runtime_error(path + ": write failed");
+}
+
+}  // namespace cleave

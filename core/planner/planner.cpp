@@ -1,0 +1,826 @@
+// planner.cpp: the cost model and the exact search (docs/planner.md).
+//
+// Search outline: a threshold test feasible(T) answers "is there a plan whose
+// every stage and cut costs <= T" exactly, by dynamic programming over
+// (set of devices used by a suffix of the pipeline, first device of that
+// suffix) with the start positions that suffix can have kept as a bitset. The
+// optimal bottleneck T* is one of finitely many candidate values (a stage's
+// compute time or a cut's transfer time), so T* is found by testing candidates:
+// a feasible test yields a device sequence whose optimal split (exact, per
+// sequence) lowers the upper bound, an infeasible one raises the lower bound.
+#include "core/planner/planner.h"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <limits>
+#include <memory>
+
+
+#include "core/planner/plan_report.h"
+
+namespace cleave {
+
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+std::string device_label(const Cluster& c, int k) { return "device " + std::to_string(k) + " ('" + c.devices[k].name + "')"; }
+
+bool finite_nonneg(double v) { return std::isfinite(v) && v >= 0; }
+
+void check_link(const LinkProfile& l, const std::string& what) {
+  if (!std::isfinite(l.mbps) || l.mbps <= 0)
+    throw PlanError(what + ": bandwidth must be a positive number of Mbit/s, got " + std::to_string(l.mbps));
+  if (!finite_nonneg(l.latency_ms))
+    throw PlanError(what + ": latency must be >= 0 ms, got " + std::to_string(l.latency_ms));
+}
+
+}  // namespace
+
+const char* schedule_name(Schedule s) { return s == Schedule::gpipe ? "gpipe" : "1f1b"; }
+
+Schedule parse_schedule(const std::string& s) {
+  if (s == "gpipe") return Schedule::gpipe;
+  if (s == "1f1b") return Schedule::one_f_one_b;
+  throw std::invalid_argument("unknown schedule '" + s + "' (use gpipe or 1f1b)");
+}
+
+// ---------------------------------------------------------------------------
+// CostModel
+
+CostModel::CostModel(const ModelProfile& model, const Cluster& cluster, const PlanOptions& options)
+    : model_(&model), cluster_(&cluster), options_(options), n_(model.num_layers()), d_(cluster.num_devices()) {
+  if (n_ == 0) throw PlanError("the model has no layers");
+  if (d_ == 0) throw PlanError("no devices to plan for");
+  if (d_ > kMaxPlannerDevices)
+    throw PlanError(std::to_string(d_) + " devices: the exact planner handles at most " +
+                    std::to_string(kMaxPlannerDevices));
+  if (options.microbatches < 1) throw PlanError("--microbatches must be >= 1, got " + std::to_string(options.microbatches));
+  if (options.batch < options.microbatches)
+    throw PlanError("--batch (" + std::to_string(options.batch) + ") must be at least --microbatches (" +
+                    std::to_string(options.microbatches) + ")");
+  if (options.max_stages < 0) throw PlanError("max stages must be >= 0 (0: no limit)");
+  batch_ = options.batch;
+  mb_ = (options.batch + options.microbatches - 1) / options.microbatches;
+
+  for (int i = 0; i < n_; ++i) {
+    const LayerProfile& l = model.layers[i];
+    if (l.fwd_flops < 0 || l.bwd_flops < 0 || l.param_bytes < 0 || l.grad_bytes < 0 || l.optimizer_state_bytes < 0 ||
+        l.out_act_bytes < 0 || l.stash_bytes < 0)
+      throw PlanError("layer " + std::to_string(i) + " (" + l.type + "): negative FLOPs or bytes in its profile");
+  }
+  if (model.input_bytes_per_sample < 0) throw PlanError("negative model input size");
+
+  prefix_seconds_.assign(d_, std::vector<double>(n_ + 1, 0.0));
+  memory_.resize(d_);
+  for (int k = 0; k < d_; ++k) {
+    const DeviceProfile& dev = cluster.devices[k];
+    if (dev.memory_bytes < 0) throw PlanError(device_label(cluster, k) + ": negative memory");
+    memory_[k] = dev.memory_bytes;
+    const bool measured = dev.layer_seconds_per_sample.has_value();
+    if (measured) {
+      const auto& t = *dev.layer_seconds_per_sample;
+      if (static_cast<int>(t.size()) != n_)
+        throw PlanError(device_label(cluster, k) + ": " + std::to_string(t.size()) +
+                        " measured layer times for a model of " + std::to_string(n_) + " layers");
+      for (int i = 0; i < n_; ++i) {
+        if (!finite_nonneg(t[i]))
+          throw PlanError(device_label(cluster, k) + ": measured time of layer " + std::to_string(i) + " must be >= 0");
+        prefix_seconds_[k][i + 1] = prefix_seconds_[k][i] + t[i];
+      }
+    } else {
+      if (!std::isfinite(dev.gflops) || dev.gflops <= 0)
+        throw PlanError(device_label(cluster, k) + ": gflops must be a positive number, got " + std::to_string(dev.gflops));
+      const double flops_per_second = dev.gflops * 1e9;
+      for (int i = 0; i < n_; ++i) {
+        const LayerProfile& l = model.layers[i];
+        prefix_seconds_[k][i + 1] =
+            prefix_seconds_[k][i] + static_cast<double>(l.fwd_flops + l.bwd_flops) / flops_per_second;
+      }
+    }
+  }
+
+  check_link(cluster.default_link, "default link");
+  for (const auto& [key, l] : cluster.links) {
+    if (key.first < 0 || key.first >= d_ || key.second < 0 || key.second >= d_)
+      throw PlanError("a link names a device index outside the cluster");
+    check_link(l, "link " + cluster.devices[key.first].name + " -> " + cluster.devices[key.second].name);
+  }
+  link_alpha_.assign(static_cast<size_t>(d_) * d_, 0.0);
+  link_beta_.assign(static_cast<size_t>(d_) * d_, 0.0);
+  const double m = options.microbatches;
+  for (int a = 0; a < d_; ++a)
+    for (int b = 0; b < d_; ++b) {
+      if (a == b) continue;
+      const LinkProfile& ab = cluster.link(a, b);
+      const LinkProfile& ba = cluster.link(b, a);
+      const double enc_ab = encoding_factor(ab.encoding.value_or(options.encoding));
+      const double enc_ba = encoding_factor(ba.encoding.value_or(options.encoding));
+      link_alpha_[a * d_ + b] = m * (ab.latency_ms + ba.latency_ms) * 1e-3;
+      link_beta_[a * d_ + b] = enc_ab / (ab.mbps * 1e6 / 8) + enc_ba / (ba.mbps * 1e6 / 8);
+    }
+
+  prefix_fixed_.assign(n_ + 1, 0);
+  prefix_stash_.assign(n_ + 1, 0);
+  std::vector<int64_t> work(n_);
+  for (int i = 0; i < n_; ++i) {
+    const LayerProfile& l = model.layers[i];
+    prefix_fixed_[i + 1] = prefix_fixed_[i] + l.param_bytes + l.grad_bytes + l.optimizer_state_bytes;
+    prefix_stash_[i + 1] = prefix_stash_[i] + l.stash_bytes;
+    work[i] = model.in_act_bytes(i) + l.out_act_bytes;
+  }
+  working_max_.push_back(work);
+  for (int span = 1; 2 * span <= n_; span *= 2) {
+    const std::vector<int64_t>& prev = working_max_.back();
+    std::vector<int64_t> next(n_ - 2 * span + 1);
+    for (size_t i = 0; i < next.size(); ++i) next[i] = std::max(prev[i], prev[i + span]);
+    working_max_.push_back(std::move(next));
+  }
+}
+
+double CostModel::transfer_seconds(int from, int to, int cut) const {
+  const double bytes = static_cast<double>(batch_) * static_cast<double>(model_->layers[cut - 1].out_act_bytes);
+  const size_t idx = static_cast<size_t>(from) * d_ + to;
+  return link_alpha_[idx] + bytes * link_beta_[idx];
+}
+
+double CostModel::transfer_bytes(int from, int to, int cut) const {
+  const LinkProfile& l = cluster_->link(from, to);
+  return static_cast<double>(batch_) * static_cast<double>(model_->layers[cut - 1].out_act_bytes) *
+         encoding_factor(l.encoding.value_or(options_.encoding));
+}
+
+int CostModel::in_flight(int num_stages, int stage) const {
+  if (options_.schedule == Schedule::gpipe) return options_.microbatches;
+  return std::min(num_stages - stage, options_.microbatches);
+}
+
+int64_t CostModel::activation_bytes(int begin, int end, int in_flight) const {
+  const int level = std::bit_width(static_cast<unsigned>(end - begin)) - 1;
+  const int64_t work = std::max(working_max_[level][begin], working_max_[level][end - (1 << level)]);
+  const int64_t stash = prefix_stash_[end] - prefix_stash_[begin] + model_->layers[end - 1].out_act_bytes;
+  return static_cast<int64_t>(in_flight) * mb_ * stash + mb_ * work;
+}
+
+// ---------------------------------------------------------------------------
+// Evaluating an assignment
+
+Plan evaluate_plan(const CostModel& cost, const std::vector<int>& devices, const std::vector<int>& cuts) {
+  const int p = static_cast<int>(devices.size());
+  const int n = cost.num_layers();
+  if (p == 0 || static_cast<int>(cuts.size()) != p + 1 || cuts.front() != 0 || cuts.back() != n)
+    throw PlanError("malformed assignment: need p devices and p + 1 cuts from 0 to the number of layers");
+  std::vector<bool> used(cost.num_devices(), false);
+  for (int s = 0; s < p; ++s) {
+    if (cuts[s] >= cuts[s + 1]) throw PlanError("malformed assignment: empty or reversed stage " + std::to_string(s));
+    if (devices[s] < 0 || devices[s] >= cost.num_devices() || used[devices[s]])
+      throw PlanError("malformed assignment: stage " + std::to_string(s) + " has an invalid or repeated device");
+    used[devices[s]] = true;
+  }
+  const Cluster& cluster = cost.cluster();
+  const ModelProfile& model = cost.model();
+  Plan out;
+  out.options = cost.options();
+  out.microbatch_size = cost.microbatch_size();
+  double bottleneck = 0;
+  for (int s = 0; s < p; ++s) {
+    StagePlan st;
+    st.device = devices[s];
+    st.device_name = cluster.devices[st.device].name;
+    st.begin = cuts[s];
+    st.end = cuts[s + 1];
+    for (int i = st.begin; i < st.end; ++i) st.params += model.layers[i].param_count;
+    st.in_flight = cost.in_flight(p, s);
+    st.weight_state_bytes = cost.fixed_bytes(st.begin, st.end);
+    st.memory_bytes = cost.memory_bytes(st.begin, st.end, st.in_flight);
+    st.memory_available = cost.device_memory(st.device);
+    st.compute_seconds = cost.compute_seconds(st.device, st.begin, st.end);
+    if (s + 1 < p) {
+      st.transfer_seconds = cost.transfer_seconds(st.device, devices[s + 1], st.end);
+      st.transfer_bytes = cost.transfer_bytes(st.device, devices[s + 1], st.end);
+    }
+    bottleneck = std::max({bottleneck, st.compute_seconds, st.transfer_seconds});
+    out.stages.push_back(std::move(st));
+  }
+  for (StagePlan& st : out.stages) {
+    if (st.compute_seconds == bottleneck) {
+      st.bottleneck = true;
+      st.bottleneck_kind = "compute";
+    } else if (st.transfer_seconds == bottleneck) {
+      st.bottleneck = true;
+      st.bottleneck_kind = "transfer";
+    }
+  }
+  for (int k = 0; k < cost.num_devices(); ++k)
+    if (!used[k]) out.unused_devices.push_back(cluster.devices[k].name);
+  const double m = cost.options().microbatches;
+  out.bottleneck_seconds = bottleneck;
+  out.batch_seconds = (m + p - 1) / m * bottleneck;
+  out.samples_per_second = out.batch_seconds > 0 ? static_cast<double>(cost.options().batch) / out.batch_seconds : kInf;
+  return out;
+}
+
+// ---------------------------------------------------------------------------
+// The exact search
+
+namespace {
+
+using Word = uint64_t;
+
+class Search {
+ public:
+  explicit Search(const CostModel& cost) : c_(cost), n_(cost.num_layers()), d_(cost.num_devices()) {
+    const PlanOptions& o = cost.options();
+    max_stages_ = std::min(d_, n_);
+    if (o.max_stages > 0) max_stages_ = std::min(max_stages_, o.max_stages);
+    words_ = (n_ + 63) / 64;
+    nf_ = o.schedule == Schedule::gpipe ? 1 : std::min(max_stages_, o.microbatches);
+
+    // g_mem_[(k * nf + fi) * (n + 1) + i]: smallest start h such that [h, i) fits device k's
+    // memory with f(fi) micro-batches in flight; i when not even [i - 1, i) fits.
+    g_mem_.assign(static_cast<size_t>(d_) * nf_ * (n_ + 1), 0);
+    for (int k = 0; k < d_; ++k)
+      for (int fi = 0; fi < nf_; ++fi)
+        for (int i = 1; i <= n_; ++i) {
+          int lo = 0, hi = i;  // answer in [lo, hi]; hi means none
+          while (lo < hi) {
+            const int mid = (lo + hi) / 2;
+            if (c_.memory_bytes(mid, i, f_of(fi)) <= c_.device_memory(k)) hi = mid; else lo = mid + 1;
+          }
+          g_mem_[gidx(k, fi, i)] = lo;
+        }
+    g_.resize(g_mem_.size());
+    single_.assign(static_cast<size_t>(d_) * nf_ * words_, 0);
+    link_mask_.assign(static_cast<size_t>(d_) * d_ * words_, 0);
+
+    // Reference work for the capacity bound: tau_l = fastest device's time for layer l (per batch),
+    // rho_k = max_l tau_l / t_lk, so each stage on k holds at most rho_k * T of reference work.
+    tau_prefix_.assign(n_ + 1, 0.0);
+    rho_.assign(d_, 0.0);
+    cap_.assign(d_, 0.0);
+    std::vector<double> tau(n_);
+    for (int i = 0; i < n_; ++i) {
+      double t = kInf;
+      for (int k = 0; k < d_; ++k) t = std::min(t, c_.compute_seconds(k, i, i + 1));
+      tau[i] = t;
+      tau_prefix_[i + 1] = tau_prefix_[i] + t;
+    }
+    for (int k = 0; k < d_; ++k)
+      for (int i = 0; i < n_; ++i) {
+        const double t = c_.compute_seconds(k, i, i + 1);
+        if (t > 0) rho_[k] = std::max(rho_[k], tau[i] / t);
+      }
+
+    const size_t states = (size_t{1} << d_) * static_cast<size_t>(d_) * words_;
+    if (states * sizeof(Word) > (size_t{512} << 20))
+      throw PlanError(std::to_string(d_) + " devices x " + std::to_string(n_) +
+                      " layers is too large for the exact planner (its tables would need " +
+                      std::to_string((states * sizeof(Word)) >> 20) + " MiB; the limit is 512 MiB)");
+    reach_.reset(new Word[states]);
+    nonempty_.assign(size_t{1} << d_, 0);
+    acc_.assign(static_cast<size_t>(d_) * words_, 0);
+  }
+
+  int max_stages() const { return max_stages_; }
+
+  // Exact test: is there a plan whose stages and cuts all cost <= t?
+  // On success, found_set_/found_first_ is a full-cover state with the fewest stages.
+  bool feasible(double t) {
+    ++runs_;
+    threshold_ = t;
+    prepare(t);
+    switch (words_) {
+      case 1: return pass<1>();
+      case 2: return pass<2>();
+      case 3: return pass<3>();
+      case 4: return pass<4>();
+      default: return pass<0>();
+    }
+  }
+
+  // After a successful feasible(): a device sequence and cuts with every cost <= threshold.
+  void extract(std::vector<int>& devices, std::vector<int>& cuts) const {
+    devices.clear();
+    cuts.assign(1, 0);
+    uint32_t set = found_set_;
+    int k = found_first_, h = 0;
+    while (true) {
+      devices.push_back(k);
+      const uint32_t rest = set & ~(1u << k);
+      if (rest == 0) {
+        cuts.push_back(n_);
+        return;
+      }
+      const int fi = fi_of(std::popcount(set));
+      double best = kInf;
+      int best_next = -1, best_cut = -1;
+      for (uint32_t bits = rest & nonempty_[rest]; bits; bits &= bits - 1) {
+        const int k2 = std::countr_zero(bits);
+        const Word* r = state(rest, k2);
+        const Word* mask = link(k, k2);
+        for (int i = h + 1; i < n_; ++i) {
+          if (!test(r, i) || !test(mask, i) || g_[gidx(k, fi, i)] > h) continue;
+          const double v = std::max(c_.compute_seconds(k, h, i), c_.transfer_seconds(k, k2, i));
+          if (v < best) {
+            best = v;
+            best_next = k2;
+            best_cut = i;
+          }
+        }
+      }
+      if (best_next < 0) throw std::logic_error("planner: inconsistent search tables while extracting a plan");
+      cuts.push_back(best_cut);
+      set = rest;
+      k = best_next;
+      h = best_cut;
+    }
+  }
+
+  // The best split of layers over exactly this device sequence (exact); returns
+  // the bottleneck (kInf when nothing fits) and fills cuts.
+  double best_split(const std::vector<int>& seq, std::vector<int>& cuts) const {
+    const int p = static_cast<int>(seq.size());
+    if (p > n_) return kInf;
+    std::vector<double> best((p + 1) * static_cast<size_t>(n_ + 1), kInf);
+    std::vector<int> arg((p + 1) * static_cast<size_t>(n_ + 1), -1);
+    auto at = [&](int s, int j) { return static_cast<size_t>(s) * (n_ + 1) + j; };
+    best[at(0, 0)] = 0;
+    for (int s = 0; s < p; ++s) {
+      const int k = seq[s];
+      const int f = c_.in_flight(p, s);
+      for (int j = s + 1; j <= n_ - (p - 1 - s); ++j) {
+        double bv = kInf;
+        int ba = -1;
+        for (int i = j - 1; i >= s; --i) {
+          if (c_.memory_bytes(i, j, f) > c_.device_memory(k)) break;
+          const double comp = c_.compute_seconds(k, i, j);
+          if (comp >= bv) break;
+          const double prev = best[at(s, i)];
+          if (prev == kInf) continue;
+          const double v = std::max({prev, comp, s > 0 ? c_.transfer_seconds(seq[s - 1], k, i) : 0.0});
+          if (v < bv) {
+            bv = v;
+            ba = i;
+          }
+        }
+        best[at(s + 1, j)] = bv;
+        arg[at(s + 1, j)] = ba;
+      }
+    }
+    const double result = best[at(p, n_)];
+    if (result == kInf) return kInf;
+    cuts.assign(p + 1, 0);
+    cuts[p] = n_;
+    for (int s = p; s > 0; --s) cuts[s - 1] = arg[at(s, cuts[s])];
+    return result;
+  }
+
+  // Every value the optimal bottleneck can take in [lo, hi): stage compute times
+  // and cut transfer times.
+  std::vector<double> candidates(double lo, double hi) const {
+    std::vector<double> out;
+    for (int k = 0; k < d_; ++k)
+      for (int h = 0; h < n_; ++h)
+        for (int i = h + 1; i <= n_; ++i) {
+          const double v = c_.compute_seconds(k, h, i);
+          if (v >= hi) break;
+          if (v >= lo) out.push_back(v);
+        }
+    for (int a = 0; a < d_; ++a)
+      for (int b = 0; b < d_; ++b) {
+        if (a == b) continue;
+        for (int i = 1; i < n_; ++i) {
+          const double v = c_.transfer_seconds(a, b, i);
+          if (v >= lo && v < hi) out.push_back(v);
+        }
+      }
+    return out;
+  }
+
+  // A valid lower bound on every plan's bottleneck.
+  double lower_bound() const {
+    double lb = 0;
+    for (int i = 0; i < n_; ++i) lb = std::max(lb, tau_prefix_[i + 1] - tau_prefix_[i]);
+    double rho = 0;
+    for (int k = 0; k < d_; ++k) rho += rho_[k];
+    if (rho > 0) lb = std::max(lb, tau_prefix_[n_] / rho);
+    return lb * (1 - 1e-9);
+  }
+
+  // Devices ordered by speed (then memory), fastest first: the heuristic's order.
+  std::vector<int> speed_order() const {
+    std::vector<int> order(d_);
+    for (int k = 0; k < d_; ++k) order[k] = k;
+    std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
+      if (rho_[a] != rho_[b]) return rho_[a] > rho_[b];
+      return c_.device_memory(a) > c_.device_memory(b);
+    });
+    return order;
+  }
+
+  // Does this device sequence admit a split with every cost < t (strict) or <= t?
+  // O(p * n): the ends reachable from a start h form an interval (h, e(h)] with
+  // e nondecreasing in h, so each stage is one sweep.
+  bool sequence_feasible(const std::vector<int>& seq, double t, bool strict) const {
+    const int p = static_cast<int>(seq.size());
+    if (p > n_ || p == 0) return false;
+    auto ok = [&](double v) { return strict ? v < t : v <= t; };
+    std::vector<char> starts(n_ + 1, 0), ends(n_ + 1, 0);
+    starts[0] = 1;
+    for (int s = 0; s < p; ++s) {
+      const int k = seq[s], f = c_.in_flight(p, s);
+      std::fill(ends.begin(), ends.end(), 0);
+      int e = 0, covered = 0;  // e: farthest end from the current h; ends (.., covered] marked
+      bool any = false;
+      for (int h = 0; h < n_; ++h) {
+        e = std::max(e, h);
+        while (e < n_ && ok(c_.compute_seconds(k, h, e + 1)) && c_.memory_bytes(h, e + 1, f) <= c_.device_memory(k)) ++e;
+        if (!starts[h]) continue;
+        for (int j = std::max(h + 1, covered + 1); j <= e; ++j) ends[j] = 1;
+        covered = std::max(covered, e);
+      }
+      if (s == p - 1) return ends[n_] != 0;
+      std::fill(starts.begin(), starts.end(), 0);
+      for (int j = 1; j < n_; ++j)
+        if (ends[j] && ok(c_.transfer_seconds(k, seq[s + 1], j))) {
+          starts[j] = 1;
+          any = true;
+        }
+      if (!any) return false;
+    }
+    return false;
+  }
+
+  // Hill climbing over device sequences (swap, replace, insert, remove a device):
+  // accepts a neighbour whose best split has a lower bottleneck, or the same with
+  // fewer stages. Improves an upper bound; optimality comes from the passes.
+  double improve(std::vector<int>& seq, std::vector<int>& cuts, double value) const {
+    std::vector<int> nb, nb_cuts;
+    for (int round = 0; round < 64; ++round) {
+      std::vector<bool> used(d_, false);
+      for (int k : seq) used[k] = true;
+      const int p = static_cast<int>(seq.size());
+      bool moved = false;
+      auto consider = [&](const std::vector<int>& cand) {
+        const bool fewer = cand.size() < seq.size();
+        if (!sequence_feasible(cand, value, !fewer)) return false;
+        const double v = best_split(cand, nb_cuts);
+        if (v < value || (fewer && v == value)) {
+          seq = cand;
+          cuts = nb_cuts;
+          value = v;
+          return true;
+        }
+        return false;
+      };
+      for (int i = 0; i < p && !moved; ++i) {  // remove
+        if (p == 1) break;
+        nb = seq;
+        nb.erase(nb.begin() + i);
+        moved = consider(nb);
+      }
+      for (int i = 0; i < p && !moved; ++i)  // swap
+        for (int j = i + 1; j < p && !moved; ++j) {
+          nb = seq;
+          std::swap(nb[i], nb[j]);
+          moved = consider(nb);
+        }
+      for (int u = 0; u < d_ && !moved; ++u) {  // replace or insert an unused device
+        if (used[u]) continue;
+        for (int i = 0; i < p && !moved; ++i) {
+          nb = seq;
+          nb[i] = u;
+          moved = consider(nb);
+        }
+        for (int i = 0; i <= p && !moved && p < max_stages_; ++i) {
+          nb = seq;
+          nb.insert(nb.begin() + i, u);
+          moved = consider(nb);
+        }
+      }
+      if (!moved) break;
+    }
+    return value;
+  }
+
+  int runs() const { return runs_; }
+  int found_stages() const { return std::popcount(found_set_); }
+
+ private:
+  // One pass of the subset DP, suffixes grown one stage at a time (all sets of c
+  // devices before any set of c + 1), so the first full cover found has the fewest
+  // stages. W: words per bitset when known at compile time (0: words_).
+  template <int W>
+  bool pass() {
+    const int nw = W > 0 ? W : words_;
+    std::fill(nonempty_.begin(), nonempty_.end(), 0);
+    std::fill(acc_.begin(), acc_.end(), 0);  // an early return leaves it dirty
+    found_set_ = 0;
+    Word window[W > 0 ? W : 1], r_small[W > 0 ? W : 1], out_small[W > 0 ? W : 1];
+    std::vector<Word> big(W > 0 ? 0 : 3 * static_cast<size_t>(words_));
+    Word* win = W > 0 ? window : big.data();
+    Word* r = W > 0 ? r_small : big.data() + words_;
+    Word* out = W > 0 ? out_small : big.data() + 2 * words_;
+    for (int k = 0; k < d_; ++k) {
+      const int h0 = g_[gidx(k, fi_of(1), n_)];
+      if (h0 > n_ - 1) continue;
+      Word* dst = state(1u << k, k);
+      std::fill(dst, dst + nw, 0);
+      set_range(dst, h0, n_ - 1);
+      nonempty_[1u << k] |= 1u << k;
+    }
+    const uint32_t full = (1u << d_) - 1;
+    for (int count = 1; count <= max_stages_; ++count) {
+      const bool can_grow = count < max_stages_ && count < d_;
+      // Gosper's hack: every set of `count` devices in increasing order.
+      for (uint32_t set = (1u << count) - 1; set <= full;) {
+        const uint32_t present = nonempty_[set];
+        if (present != 0) {
+          const int h_max = can_grow ? prefix_capacity(full & ~set) : 0;
+          std::fill(win, win + nw, 0);
+          set_range(win, 0, h_max);
+          uint32_t grow = 0;
+          for (uint32_t bits = present; bits; bits &= bits - 1) {
+            const int k = std::countr_zero(bits);
+            const Word* src = state(set, k);
+            Word any = 0;
+            for (int w = 0; w < nw; ++w) r[w] = src[w] & win[w];
+            if (r[0] & 1) {  // covers layer 0: a complete plan with `count` stages
+              found_set_ = set;
+              found_first_ = k;
+              return true;
+            }
+            if (!can_grow) continue;
+            for (int w = 0; w < nw; ++w) any |= r[w];
+            if (!any) continue;
+            for (uint32_t others = full & ~set; others; others &= others - 1) {
+              const int up = std::countr_zero(others);
+              const Word* mask = link(up, k);
+              Word* a = &acc_[static_cast<size_t>(up) * nw];
+              Word hit = 0;
+              for (int w = 0; w < nw; ++w) {
+                const Word x = r[w] & mask[w];
+                a[w] |= x;
+                hit |= x;
+              }
+              if (hit) grow |= 1u << up;
+            }
+          }
+          for (uint32_t bits = grow; bits; bits &= bits - 1) {
+            const int up = std::countr_zero(bits);
+            Word* a = &acc_[static_cast<size_t>(up) * nw];
+            if (expand(up, fi_of(count + 1), a, out)) {
+              const uint32_t next = set | (1u << up);
+              std::copy(out, out + nw, state(next, up));
+              nonempty_[next] |= 1u << up;
+            }
+            std::fill(a, a + nw, 0);
+          }
+        }
+        const uint32_t low = set & -set, ripple = set + low;
+        set = (((ripple ^ set) >> 2) / low) | ripple;
+      }
+    }
+    return false;
+  }
+
+  int f_of(int fi) const { return c_.options().schedule == Schedule::gpipe ? c_.options().microbatches : fi + 1; }
+  // Index of the in-flight count of the first stage of a suffix of `suffix_stages` stages.
+  int fi_of(int suffix_stages) const {
+    return c_.options().schedule == Schedule::gpipe ? 0 : std::min(suffix_stages, c_.options().microbatches) - 1;
+  }
+  size_t gidx(int k, int fi, int i) const { return (static_cast<size_t>(k) * nf_ + fi) * (n_ + 1) + i; }
+  Word* state(uint32_t set, int k) { return reach_.get() + (static_cast<size_t>(set) * d_ + k) * words_; }
+  const Word* state(uint32_t set, int k) const { return reach_.get() + (static_cast<size_t>(set) * d_ + k) * words_; }
+  const Word* link(int up, int down) const { return &link_mask_[(static_cast<size_t>(up) * d_ + down) * words_]; }
+  static bool test(const Word* b, int i) { return (b[i >> 6] >> (i & 63)) & 1; }
+  static void set_range(Word* b, int lo, int hi) {  // bits [lo, hi]
+    for (int i = lo; i <= hi;) {
+      const int w = i >> 6, off = i & 63;
+      const int len = std::min(64 - off, hi - i + 1);
+      const Word bits = len == 64 ? ~Word{0} : (((Word{1} << len) - 1) << off);
+      b[w] |= bits;
+      i += len;
+    }
+  }
+
+  // Threshold-dependent tables: g_ (smallest stage start for each end) and link masks.
+  void prepare(double t) {
+    for (int k = 0; k < d_; ++k) {
+      int h = 0;
+      for (int i = 1; i <= n_; ++i) {  // smallest h with compute(h, i) <= t; nondecreasing in i
+        while (h < i && c_.compute_seconds(k, h, i) > t) ++h;
+        for (int fi = 0; fi < nf_; ++fi) g_[gidx(k, fi, i)] = std::max(h, g_mem_[gidx(k, fi, i)]);
+      }
+    }
+    // cap_[k]: the most reference work one stage on k can hold (compute <= t and memory
+    // with the fewest micro-batches in flight), for the capacity bound.
+    const int loosest = 0;  // GPipe: the only in-flight count; 1F1B: one micro-batch
+    for (int k = 0; k < d_; ++k) {
+      double cap = 0;
+      for (int i = 1; i <= n_; ++i) {
+        const int h = g_[gidx(k, loosest, i)];
+        if (h < i) cap = std::max(cap, tau_prefix_[i] - tau_prefix_[h]);
+      }
+      cap_[k] = cap;
+    }
+    // single_[k][fi] bit h: layer h alone fits a stage on k (g(h + 1) <= h).
+    std::fill(single_.begin(), single_.end(), 0);
+    for (int k = 0; k < d_; ++k)
+      for (int fi = 0; fi < nf_; ++fi) {
+        Word* m = &single_[(static_cast<size_t>(k) * nf_ + fi) * words_];
+        for (int h = 0; h < n_; ++h)
+          if (g_[gidx(k, fi, h + 1)] <= h) m[h >> 6] |= Word{1} << (h & 63);
+      }
+    std::fill(link_mask_.begin(), link_mask_.end(), 0);
+    for (int a = 0; a < d_; ++a)
+      for (int b = 0; b < d_; ++b) {
+        if (a == b) continue;
+        Word* m = &link_mask_[(static_cast<size_t>(a) * d_ + b) * words_];
+        for (int i = 1; i < n_; ++i)
+          if (c_.transfer_seconds(a, b, i) <= t) m[i >> 6] |= Word{1} << (i & 63);
+      }
+  }
+
+  // Largest h such that layers [0, h) can still fit the devices in `others`
+  // (capacity and weight-memory bounds; necessary conditions only): the reference
+  // work of [0, h) cannot exceed the sum of what one stage on each can hold.
+  int prefix_capacity(uint32_t others) const {
+    double cap = 0;
+    int64_t mem = 0;
+    for (uint32_t bits = others; bits; bits &= bits - 1) {
+      const int k = std::countr_zero(bits);
+      cap += cap_[k];
+      mem += c_.device_memory(k);
+    }
+    const double work_cap = cap * (1 + 1e-9) + 1e-300;
+    int lo = 0, hi = n_ - 1;  // h = 0 always passes
+    while (lo < hi) {
+      const int mid = (lo + hi + 1) / 2;
+      if (tau_prefix_[mid] <= work_cap && c_.fixed_bytes(0, mid) <= mem) lo = mid; else hi = mid - 1;
+    }
+    return lo;
+  }
+
+  // out = union over stage ends i in `ends` of the starts [g(i), i - 1] on `device`.
+  // With g nondecreasing, an end i whose predecessor i - 1 is also an end only adds
+  // h = i - 1 (when layer i - 1 alone fits), so only the first end of each run of
+  // consecutive ends needs its interval set explicitly.
+  bool expand(int device, int fi, const Word* ends, Word* out) const {
+    const Word* single = &single_[(static_cast<size_t>(device) * nf_ + fi) * words_];
+    bool any = false;
+    for (int w = 0; w < words_; ++w) {  // (ends >> 1) & single
+      const Word hi_bit = w + 1 < words_ ? ends[w + 1] << 63 : 0;
+      out[w] = ((ends[w] >> 1) | hi_bit) & single[w];
+    }
+    for (int w = 0; w < words_; ++w) {
+      const Word carry = w > 0 ? ends[w - 1] >> 63 : 0;
+      for (Word starts = ends[w] & ~((ends[w] << 1) | carry); starts; starts &= starts - 1) {
+        const int i = w * 64 + std::countr_zero(starts);
+        const int lo = g_[gidx(device, fi, i)];
+        if (lo <= i - 2) set_range(out, lo, i - 2);
+      }
+    }
+    for (int w = 0; w < words_; ++w) any |= out[w] != 0;
+    return any;
+  }
+
+  const CostModel& c_;
+  int n_, d_, max_stages_, words_, nf_;
+  std::vector<int> g_mem_, g_;
+  std::vector<Word> link_mask_, single_;
+  std::vector<double> tau_prefix_, rho_, cap_;
+  std::unique_ptr<Word[]> reach_;
+  std::vector<uint32_t> nonempty_;
+  std::vector<Word> acc_;
+  double threshold_ = kInf;
+  uint32_t found_set_ = 0;
+  int found_first_ = -1;
+  int runs_ = 0;
+};
+
+std::string describe_layer(const CostModel& c, int i) {
+  return "layer " + std::to_string(i) + " (" + c.model().layers[i].type + ")";
+}
+
+[[noreturn]] void explain_infeasible(const CostModel& c, int max_stages) {
+  const PlanOptions& o = c.options();
+  const Cluster& cluster = c.cluster();
+  int largest = 0;
+  int64_t total_memory = 0;
+  for (int k = 0; k < c.num_devices(); ++k) {
+    if (c.device_memory(k) > c.device_memory(largest)) largest = k;
+    total_memory += c.device_memory(k);
+  }
+  const std::string batch_desc = "at batch " + std::to_string(o.batch) + " (" + std::to_string(o.microbatches) +
+                                 " micro-batches of " + std::to_string(c.microbatch_size()) + ", " +
+                                 schedule_name(o.schedule) + ")";
+  const std::string largest_desc = "the largest device, '" + cluster.devices[largest].name + "', has " +
+                                   format_bytes(static_cast<double>(c.device_memory(largest)));
+  // The fewest micro-batches any stage keeps: 1 for the last stage under 1F1B.
+  const int min_flight = c.in_flight(1, 0);
+  for (int i = 0; i < c.num_layers(); ++i) {
+    const int64_t need = c.memory_bytes(i, i + 1, min_flight);
+    if (need > c.device_memory(largest)) {
+      throw PlanError(describe_layer(c, i) + " needs " + format_bytes(static_cast<double>(need)) + " (" +
+                      format_bytes(static_cast<double>(c.fixed_bytes(i, i + 1))) + " of weights + gradients + optimizer state + " +
+                      format_bytes(static_cast<double>(c.activation_bytes(i, i + 1, min_flight))) + " of activations " +
+                      batch_desc + ") and fits on no device: " + largest_desc +
+                      "; add memory, lower --batch or --microbatches, or use a smaller optimizer state");
+    }
+  }
+  const int64_t fixed = c.fixed_bytes(0, c.num_layers());
+  if (fixed > total_memory)
+    throw PlanError("the model's weights + gradients + optimizer state need " + format_bytes(static_cast<double>(fixed)) +
+                    " but all " + std::to_string(c.num_devices()) + " devices together have " +
+                    format_bytes(static_cast<double>(total_memory)) + "; add devices or memory");
+  std::string limit = max_stages < c.num_devices()
+                          ? " on at most " + std::to_string(max_stages) + " stages (the stage limit)"
+                          : "";
+  throw PlanError("no split of the " + std::to_string(c.num_layers()) + " layers over the " +
+                  std::to_string(c.num_devices()) + " devices" + limit + " fits in memory: weights + gradients + state total " +
+                  format_bytes(static_cast<double>(fixed)) + ", the whole model's activations " + batch_desc + " add " +
+                  format_bytes(static_cast<double>(c.activation_bytes(0, c.num_layers(), min_flight))) +
+                  ", devices total " + format_bytes(static_cast<double>(total_memory)) + " (" + largest_desc +
+                  "); add memory or devices, lower --batch or --microbatches");
+}
+
+}  // namespace
+
+Plan plan(const ModelProfile& model, const Cluster& cluster, const PlanOptions& options) {
+  CostModel cost(model, cluster, options);
+  Search search(cost);
+
+  double hi = kInf;
+  std::vector<int> best_devices, best_cuts, cuts, devices;
+  bool min_stages_known = false;  // best is a fewest-stage plan among those with bottleneck hi
+
+  // Upper bound from a heuristic: the fastest devices, in speed order, for each stage
+  // count, then hill climbing over sequences.
+  const std::vector<int> order = search.speed_order();
+  for (int p = 1; p <= search.max_stages(); ++p) {
+    std::vector<int> seq(order.begin(), order.begin() + p);
+    const double v = search.best_split(seq, cuts);
+    if (v < hi) {
+      hi = v;
+      best_devices = seq;
+      best_cuts = cuts;
+    }
+  }
+  if (hi == kInf) {
+    // Memory alone decides whether anything fits.
+    if (!search.feasible(kInf)) explain_infeasible(cost, search.max_stages());
+    search.extract(best_devices, best_cuts);
+    hi = search.best_split(best_devices, best_cuts);
+  }
+  hi = search.improve(best_devices, best_cuts, hi);
+
+  // Candidate values of the optimum in [lower bound, hi). Each pass removes at least
+  // one: a feasible test at t yields a plan with bottleneck <= t (hi drops to it),
+  // an infeasible one proves every plan costs more than t.
+  std::vector<double> cands = search.candidates(search.lower_bound(), hi);
+  bool near_top = true;
+  while (!cands.empty()) {
+    double t;
+    if (near_top) {
+      t = *std::max_element(cands.begin(), cands.end());
+    } else {
+      auto mid = cands.begin() + cands.size() / 2;
+      std::nth_element(cands.begin(), mid, cands.end());
+      t = *mid;
+    }
+    if (search.feasible(t)) {
+      search.extract(devices, cuts);
+      double v = search.best_split(devices, cuts);
+      if (!(v <= t)) throw std::logic_error("planner: a feasible sequence re-split above the threshold");
+      const int found_stages = static_cast<int>(devices.size());
+      v = search.improve(devices, cuts, v);
+      hi = v;
+      best_devices = devices;
+      best_cuts = cuts;
+      // The pass found the fewest stages at t; when t is the optimum that is final.
+      min_stages_known = v == t && static_cast<int>(devices.size()) <= found_stages;
+      std::erase_if(cands, [&](double x) { return x >= hi; });
+    } else {
+      std::erase_if(cands, [&](double x) { return x <= t; });
+    }
+    near_top = false;  // after the first test (a proof when the heuristic was optimal): bisect
+  }
+  if (!min_stages_known && best_devices.size() > 1) {
+    // hi is optimal; find the fewest stages that achieve it.
+    if (!search.feasible(hi)) throw std::logic_error("planner: the optimal bottleneck failed its own test");
+    if (search.found_stages() < static_cast<int>(best_devices.size())) {
+      search.extract(devices, cuts);
+      const double v = search.best_split(devices, cuts);
+      if (!(v <= hi)) throw std::logic_error("planner: a fewer-stage plan re-split above the optimum");
+      best_devices = devices;
+      best_cuts = cuts;
+    }
+  }
+  Plan out = evaluate_plan(cost, best_devices, best_cuts);
+  out.search_runs = search.runs();
+  return out;
+}
+
+}  // namespace cleave

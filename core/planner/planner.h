@@ -1,0 +1,138 @@
+// planner.h: which device runs which contiguous slice of the model.
+//
+// plan() is a pure function (design note 4): (ModelProfile, Cluster,
+// PlanOptions) -> Plan. It chooses the number of stages p, the contiguous layer
+// range of each stage and an ordered sequence of p distinct devices (a device
+// may be left unused) that minimises the bottleneck: the largest of every
+// stage's compute time per batch and every cut's transfer time per batch
+// (activations forward + gradients back). Ties go to fewer stages. Every stage
+// must fit its device's memory: weights, gradients, optimizer state, the
+// micro-batches the schedule keeps in flight and one micro-batch of working
+// buffers. The search is exact (docs/planner.md gives the cost model, the
+// algorithm and the optimality argument); CostModel is the one place the costs
+// are computed, shared by the planner, its report and the tests' brute force.
+#pragma once
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "core/planner/profile.h"
+
+namespace cleave {
+
+// An infeasible or invalid planning problem; the message says what fits nowhere.
+struct PlanError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+enum class Schedule { gpipe, one_f_one_b };
+const char* schedule_name(Schedule s);             // "gpipe", "1f1b"
+// Parses "gpipe" | "1f1b"; throws std::invalid_argument otherwise.
+Schedule parse_schedule(const std::string& s);
+
+struct PlanOptions {
+  Schedule schedule = Schedule::one_f_one_b;
+  int microbatches = 4;              // M >= 1
+  int64_t batch = 64;                // B >= M samples per optimizer step
+  Encoding encoding = Encoding::f32; // activations / gradients on links (unless a link overrides)
+  int max_stages = 0;                // 0: up to one stage per device
+};
+
+// The cost model of docs/planner.md. Built once per problem; validates the
+// inputs (throws PlanError naming the bad value). All times are per batch of
+// B samples, in seconds; all sizes in bytes.
+class CostModel {
+ public:
+  CostModel(const ModelProfile& model, const Cluster& cluster, const PlanOptions& options);
+
+  int num_layers() const { return n_; }
+  int num_devices() const { return d_; }
+  int64_t microbatch_size() const { return mb_; }  // ceil(B / M)
+
+  // Forward + backward of layers [begin, end) for B samples on `device`.
+  double compute_seconds(int device, int begin, int end) const {
+    return static_cast<double>(batch_) * (prefix_seconds_[device][end] - prefix_seconds_[device][begin]);
+  }
+  // The cut before layer `cut` (1 <= cut < n) from stage on `from` to the stage
+  // on `to`: B samples of activations from -> to plus their gradients to -> from,
+  // each M messages paying the link's latency.
+  double transfer_seconds(int from, int to, int cut) const;
+  // Bytes crossing the cut before layer `cut` per batch, one direction, encoded.
+  double transfer_bytes(int from, int to, int cut) const;
+  // Micro-batches stage `stage` of `num_stages` keeps in flight: M (GPipe),
+  // min(num_stages - stage, M) (1F1B).
+  int in_flight(int num_stages, int stage) const;
+  // Weights + gradients + optimizer state of layers [begin, end).
+  int64_t fixed_bytes(int begin, int end) const { return prefix_fixed_[end] - prefix_fixed_[begin]; }
+  // Activation memory of a stage [begin, end) keeping `in_flight` micro-batches:
+  // in_flight * mb * (sum of stash bytes + the stage's output) + mb * max over its
+  // layers of (input + output) (the working gradient buffers).
+  int64_t activation_bytes(int begin, int end, int in_flight) const;
+  int64_t memory_bytes(int begin, int end, int in_flight) const {
+    return fixed_bytes(begin, end) + activation_bytes(begin, end, in_flight);
+  }
+  int64_t device_memory(int device) const { return memory_[device]; }
+
+  const ModelProfile& model() const { return *model_; }
+  const Cluster& cluster() const { return *cluster_; }
+  const PlanOptions& options() const { return options_; }
+
+ private:
+  const ModelProfile* model_;
+  const Cluster* cluster_;
+  PlanOptions options_;
+  int n_, d_;
+  int64_t batch_, mb_;
+  std::vector<std::vector<double>> prefix_seconds_;  // [device][i]: per-sample seconds of layers [0, i)
+  std::vector<int64_t> prefix_fixed_, prefix_stash_;
+  std::vector<int64_t> memory_;
+  std::vector<double> link_alpha_, link_beta_;  // [from * d + to]: M * latency, seconds per byte (both incl. encoding)
+  std::vector<std::vector<int64_t>> working_max_;  // sparse table of max(in + out) per layer
+};
+
+struct StagePlan {
+  int device = -1;               // index into the cluster
+  std::string device_name;
+  int begin = 0, end = 0;        // layers [begin, end)
+  int64_t params = 0;            // float parameters of the stage
+  int in_flight = 0;             // micro-batches kept for backward
+  int64_t memory_bytes = 0;      // needed: weights + grads + state + activations
+  int64_t weight_state_bytes = 0;  // of which weights + grads + optimizer state
+  int64_t memory_available = 0;  // the device's usable memory
+  double compute_seconds = 0;    // per batch
+  double transfer_seconds = 0;   // per batch, the cut after this stage (0 for the last)
+  double transfer_bytes = 0;     // per batch, one direction, encoded (0 for the last)
+  bool bottleneck = false;       // this stage's compute or outgoing transfer is the bottleneck
+  std::string bottleneck_kind;   // "compute" | "transfer" | "" when not the bottleneck
+};
+
+struct Plan {
+  PlanOptions options;
+  int64_t microbatch_size = 0;
+  std::vector<StagePlan> stages;
+  std::vector<std::string> unused_devices;
+  double bottleneck_seconds = 0;      // max over stages and cuts, per batch
+  double batch_seconds = 0;           // (M + p - 1) / M * bottleneck
+  double samples_per_second = 0;      // B / batch_seconds
+  int search_runs = 0;                // exact feasibility passes the search made
+};
+
+// The optimal plan (see the header comment). Throws PlanError when no
+// assignment fits, naming the layer or stage that fits nowhere and the memory it
+// needs, or when the inputs are invalid (no layers, no devices, bad numbers,
+// a measured layer-time list of the wrong length, more devices than the exact
+// search handles).
+Plan plan(const ModelProfile& model, const Cluster& cluster, const PlanOptions& options);
+
+// Evaluates a given assignment under the cost model (stages filled in, bottleneck
+// marked). `devices[s]` hosts layers [cuts[s], cuts[s + 1]); cuts has p + 1
+// entries from 0 to n. Does not check memory (memory_bytes vs memory_available
+// shows it). Throws PlanError for a malformed assignment.
+Plan evaluate_plan(const CostModel& cost, const std::vector<int>& devices, const std::vector<int>& cuts);
+
+// Largest number of devices the exact search accepts.
+inline constexpr int kMaxPlannerDevices = 20;
+
+}  // namespace cleave

@@ -1,0 +1,100 @@
+// profile.h: what the planner knows about a model, its devices and their links.
+//
+// A ModelProfile lists, per layer, the work (FLOPs) and the bytes the layer
+// needs: its weights, their gradients, the optimizer's state, the activation
+// that crosses a cut placed after it, and what it keeps for backward. It is
+// computed from a ModelSpec (profile_model) or written by hand in tests.
+// DeviceProfile / LinkProfile / Cluster describe the hardware: usable memory,
+// sustained compute rate (or measured per-layer times) and directional links.
+// Everything here is plain data: no sockets, no clocks (design note 4).
+//
+// Conventions (documented in docs/planner.md):
+//   - every byte count assumes float32 tensors (4 bytes per element);
+//   - backward FLOPs = 2 x forward for layers with parameters (input gradient
+//     and weight gradient), = 1 x forward for parameter-free layers;
+//   - optimizer state: sgd without momentum 0, sgd with momentum 1 x the
+//     parameter bytes, adam / adamw 2 x.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace cleave {
+
+struct ModelSpec;
+
+struct LayerProfile {
+  std::string type;                   // JSON "type", e.g. "linear"
+  int64_t fwd_flops = 0;              // forward FLOPs per sample (multiply-add = 2)
+  int64_t bwd_flops = 0;              // backward FLOPs per sample (see above)
+  int64_t param_count = 0;            // float parameters
+  int64_t param_bytes = 0;            // 4 * param_count
+  int64_t optimizer_state_bytes = 0;  // 0, 1x or 2x param_bytes (see above)
+  int64_t grad_bytes = 0;             // = param_bytes
+  int64_t out_act_bytes = 0;          // per sample: the output, what crosses a cut after this layer
+  int64_t stash_bytes = 0;            // per sample kept for backward: the input + saved context
+};
+
+struct ModelProfile {
+  std::string name;                   // model name (for reports)
+  std::string optimizer;              // optimizer the state bytes were computed for
+  std::vector<LayerProfile> layers;
+  int64_t input_bytes_per_sample = 0;  // the model's input, per sample
+
+  int num_layers() const { return static_cast<int>(layers.size()); }
+  // Per-sample bytes of layer i's input (the model input for i = 0).
+  int64_t in_act_bytes(int i) const { return i == 0 ? input_bytes_per_sample : layers[i - 1].out_act_bytes; }
+};
+
+// Optimizer-state floats per parameter: 0 (sgd, momentum 0), 1 (sgd with
+// momentum), 2 (adam, adamw). Throws std::invalid_argument for another kind.
+int optimizer_state_multiplier(const std::string& optimizer_kind, double momentum);
+
+// The profile of `spec` trained with `optimizer_kind` (sgd | adam | adamw).
+// Throws std::invalid_argument for an unknown optimizer (or a layer the
+// registry rejects, which a loaded ModelSpec never has).
+ModelProfile profile_model(const ModelSpec& spec, const std::string& optimizer_kind, double momentum);
+
+// How activations and gradients travel on a link: bytes per float32 value.
+enum class Encoding { f32, f16, int8 };
+double encoding_factor(Encoding e);      // 1, 0.5, 0.25
+const char* encoding_name(Encoding e);   // "f32", "f16", "int8"
+// Parses "f32" | "f16" | "int8"; throws std::invalid_argument otherwise.
+Encoding parse_encoding(const std::string& s);
+
+struct DeviceProfile {
+  std::string name;
+  int64_t memory_bytes = 0;  // usable memory (after --memory-limit)
+  double gflops = 0;         // effective sustained rate, GFLOP/s
+  // Optional measured seconds per sample, forward + backward, one per layer;
+  // when present it replaces flops / gflops for this device.
+  std::optional<std::vector<double>> layer_seconds_per_sample;
+};
+
+struct LinkProfile {
+  double mbps = 1000;        // bandwidth, megabits per second (10^6 bit/s)
+  double latency_ms = 0.5;   // one-way latency per message
+  std::optional<Encoding> encoding;  // overrides the plan's encoding on this link
+};
+
+// Devices plus directional links between them. link(a, b) is the explicit
+// a -> b link when one was set, else the default link.
+struct Cluster {
+  std::vector<DeviceProfile> devices;
+  LinkProfile default_link;
+  std::map<std::pair<int, int>, LinkProfile> links;  // (from, to) device indices
+
+  int num_devices() const { return static_cast<int>(devices.size()); }
+  // Index of the device called `name`, or -1.
+  int index_of(const std::string& name) const;
+  // The a -> b link (explicit or default). a, b are device indices.
+  const LinkProfile& link(int from, int to) const;
+  // Sets the a -> b link only (links are directional).
+  void set_link(int from, int to, const LinkProfile& l) { links[{from, to}] = l; }
+};
+
+}  // namespace cleave

@@ -1,0 +1,469 @@
+// coordinator.cpp: the pipeline driver; see coordinator.h and docs/protocol.md.
+#include "core/runtime/coordinator.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <limits>
+#include <map>
+#include <memory>
+#include <set>
+#include <stdexcept>
+
+#include "core/data/dataset.h"
+#include "core/data/loader.h"
+#include "core/model/partition.h"
+#include "core/nn/layer.h"
+#include "core/pipeline/schedule.h"
+#include "core/pipeline/trace.h"
+#include "core/runtime/wire.h"
+#include "core/train/evaluate.h"
+#include "core/train/progress.h"
+#include "transport/endpoint.h"
+#include "transport/keys.h"
+#include "transport/log.h"
+
+namespace cleave {
+
+std::vector<int> balance_ranges(const std::vector<double>& costs, int parts) {
+  const int n = static_cast<int>(costs.size());
+  if (parts < 1 || parts > n)
+    throw std::invalid_argument("cannot split " + std::to_string(n) + " layers into " + std::to_string(parts) +
+                                " stages: use at most " + std::to_string(n) + " devices");
+  std::vector<double> prefix(n + 1, 0);
+  for (int i = 0; i < n; ++i) prefix[i + 1] = prefix[i] + costs[i];
+  const double inf = std::numeric_limits<double>::infinity();
+  // best[k][i]: smallest bottleneck covering layers [0, i) with k stages.
+  std::vector<std::vector<double>> best(parts + 1, std::vector<double>(n + 1, inf));
+  std::vector<std::vector<int>> cut(parts + 1, std::vector<int>(n + 1, 0));
+  best[0][0] = 0;
+  for (int k = 1; k <= parts; ++k)
+    for (int i = k; i <= n; ++i)
+      for (int j = k - 1; j < i; ++j) {
+        double v = std::max(best[k - 1][j], prefix[i] - prefix[j]);
+        if (v < best[k][i]) {
+          best[k][i] = v;
+          cut[k][i] = j;
+        }
+      }
+  std::vector<int> bounds(parts + 1);
+  bounds[parts] = n;
+  for (int k = parts, i = n; k > 0; --k) {
+    i = cut[k][i];
+    bounds[k - 1] = i;
+  }
+  return bounds;
+}
+
+namespace {
+
+using namespace transport;
+using Clock = std::chrono::steady_clock;
+
+struct Device_ {
+  std::string name;
+  RegisterMsg reg;
+  int stage = -1;
+  std::string peer_endpoint;
+};
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+Shape batched(int64_t n, const Shape& s) {
+  Shape out = s;
+  out.insert(out.begin(), n);
+  return out;
+}
+
+class Driver {
+ public:
+  Driver(const TrainConfig& cfg, const ClusterOptions& opts) : cfg_(cfg), opts_(opts) {}
+
+  nlohmann::json run();
+
+ private:
+  // Receives one message (or times out), checking liveness and interrupts.
+  std::optional<Received> receive(Millis timeout);
+  void check_health();
+  void send(const std::string& peer, const Message& m);
+  [[noreturn]] void fail(const std::string& text);
+  Received wait_for_reply(const std::string& peer, uint64_t request_id, const char* what, Millis timeout);
+  void stop_all(bool shutdown);
+
+  const TrainConfig& cfg_;
+  const ClusterOptions& opts_;
+  std::unique_ptr<ServerEndpoint> server_;
+  std::vector<Device_> devices_;                // in stage order once assigned
+  std::map<std::string, size_t> by_name_;
+  std::map<int64_t, MetricsMsg> last_metrics_;  // step -> metrics of the last stage
+  std::map<std::string, int64_t> progress_;     // device -> last step it finished
+  int64_t current_step_ = -1;
+  Clock::time_point last_heartbeat_ = Clock::now();
+  uint64_t heartbeat_seq_ = 0;
+  bool assigned_ = false;
+};
+
+void Driver::fail(const std::string& text) { throw std::runtime_error(text); }
+
+void Driver::send(const std::string& peer, const Message& m) {
+  Status s = server_->send(peer, m);
+  if (!s) fail("cannot reach device " + peer + " at step " + std::to_string(current_step_) + ": " + s.failure().message);
+}
+
+void Driver::check_health() {
+  if (opts_.interrupted && opts_.interrupted()) fail("interrupted");
+  if (!assigned_) return;
+  for (const PeerEvent& e : server_->take_peer_events()) {
+    if (e.kind == PeerEvent::Kind::kDisconnected && by_name_.count(e.peer)) {
+      const auto& d = devices_[by_name_[e.peer]];
+      fail("device " + d.name + " (stage " + std::to_string(d.stage) + ") disconnected at step " +
+           std::to_string(current_step_));
+    }
+  }
+  if (Clock::now() - last_heartbeat_ > Millis(300)) {
+    last_heartbeat_ = Clock::now();
+    HeartbeatMsg hb;
+    hb.sequence = ++heartbeat_seq_;
+    Message m;
+    m.body = hb;
+    for (const auto& d : devices_) (void)server_->send(d.name, m);
+  }
+  for (const auto& d : devices_) {
+    auto since = server_->since_last_seen(d.name);
+    if (since && *since > Millis(opts_.peer_timeout_ms))
+      fail("device " + d.name + " (stage " + std::to_string(d.stage) + ") stopped responding at step " +
+           std::to_string(current_step_) + " (silent for " + std::to_string(since->count() / 1000.0).substr(0, 4) + " s)");
+  }
+}
+
+std::optional<Received> Driver::receive(Millis timeout) {
+  check_health();
+  auto r = server_->receive(timeout);
+  if (!r) {
+    if (r.is(FailureKind::kRejected))
+      log(LogLevel::kWarning, "cleave: rejected a message from " + r.failure().peer + ": " + r.failure().message);
+    return std::nullopt;
+  }
+  Received& got = r.value();
+  if (auto* e = std::get_if<ErrorMsg>(&got.message.body)) {
+    if (assigned_ || e->code != ErrorCode::kNotAssigned)
+      fail("device " + got.peer + " reported an error at step " + std::to_string(current_step_) + ": " + e->message);
+    return std::nullopt;
+  }
+  if (auto* mm = std::get_if<MetricsMsg>(&got.message.body)) {
+    progress_[got.peer] = mm->step;
+    if (mm->stage == static_cast<int>(devices_.size()) - 1) last_metrics_[mm->step] = *mm;
+    return std::nullopt;
+  }
+  if (std::holds_alternative<HeartbeatMsg>(got.message.body)) return std::nullopt;
+  return std::move(got);
+}
+
+Received Driver::wait_for_reply(const std::string& peer, uint64_t request_id, const char* what, Millis timeout) {
+  const auto t0 = Clock::now();
+  while (Clock::now() - t0 < timeout) {
+    auto got = receive(Millis(100));
+    if (!got) continue;
+    if (got->peer != peer) continue;
+    if (auto* a = std::get_if<AckMsg>(&got->message.body); a && a->request_id == request_id) return std::move(*got);
+    if (auto* w = std::get_if<WeightsMsg>(&got->message.body); w && got->message.request_id == request_id)
+      return std::move(*got);
+  }
+  fail("device " + peer + " did not answer " + what + " within " + std::to_string(timeout.count() / 1000) + " s");
+}
+
+void Driver::stop_all(bool shutdown) {
+  for (const auto& d : devices_) {
+    (void)server_->send(d.name, control(ControlCommand::kStop, {{"op", "finish"}}));
+    if (shutdown) (void)server_->send(d.name, control(ControlCommand::kShutdown, {{"op", "shutdown"}}));
+  }
+}
+
+nlohmann::json Driver::run() {
+  const auto t_start = Clock::now();
+  ModelSpec spec = ModelSpec::load(cfg_.model_path);
+  Dataset train = load_dataset(cfg_.dataset, cfg_.dataset_dir, true, cfg_.limit_train);
+  Dataset test = load_dataset(cfg_.dataset, cfg_.dataset_dir, false, cfg_.limit_test);
+  const ScheduleKind schedule = parse_schedule(opts_.schedule);
+  const Encoding encoding = parse_encoding(opts_.encoding);
+  if (opts_.devices < 1) fail("--devices must be at least 1");
+  if (opts_.devices > spec.num_layers())
+    fail(cfg_.model_path + " has " + std::to_string(spec.num_layers()) + " layers: it cannot be split over " +
+         std::to_string(opts_.devices) + " devices");
+  if (!cfg_.save_path.empty() || !cfg_.load_path.empty() || !cfg_.init_path.empty())
+    fail("--save, --load and --init work with --local only in this version");
+
+  ServerOptions so;
+  so.bind = opts_.listen;
+  so.insecure = opts_.insecure;
+  so.label = "cleave coordinator";
+  if (!opts_.insecure) {
+    so.keys = load_secret_key(opts_.key_path);
+    so.allow = AllowList::load(opts_.allow_path);
+  }
+  server_ = std::make_unique<ServerEndpoint>(so);
+  if (opts_.on_listening) opts_.on_listening(server_->endpoint());
+  if (cfg_.progress)
+    std::fprintf(stderr, "cleave: listening on %s, waiting for %d device(s)\n", server_->endpoint().c_str(), opts_.devices);
+
+  // 1. Registration.
+  const auto t_reg = Clock::now();
+  while (static_cast<int>(devices_.size()) < opts_.devices) {
+    if (seconds_since(t_reg) * 1000 > opts_.register_timeout_ms) {
+      std::string names;
+      for (const auto& d : devices_) names += (names.empty() ? "" : ", ") + d.name;
+      fail("only " + std::to_string(devices_.size()) + " of " + std::to_string(opts_.devices) +
+           " devices registered within " + std::to_string(opts_.register_timeout_ms / 1000) + " s" +
+           (names.empty() ? "" : " (" + names + ")") + ": start more cleaved daemons with keys in " + opts_.allow_path);
+    }
+    auto got = receive(Millis(200));
+    if (!got) continue;
+    if (auto* r = std::get_if<RegisterMsg>(&got->message.body)) {
+      if (by_name_.count(got->peer)) continue;
+      by_name_[got->peer] = devices_.size();
+      devices_.push_back({got->peer, *r, -1, ""});
+      if (cfg_.progress)
+        std::fprintf(stderr, "cleave: device %s registered (%s, %.1f GFLOP/s, %.0f MiB free)\n", got->peer.c_str(),
+                     r->device_name.c_str(), r->compute_gflops, r->memory_free / 1048576.0);
+    }
+  }
+
+  // 2. Plan: contiguous stages balanced by compute (3x forward FLOPs per
+  //    sample for forward + backward) plus the optimizer's per-parameter work.
+  std::vector<double> costs;
+  for (int i = 0; i < spec.num_layers(); ++i) {
+    auto layer = make_layer(spec.layers[i], spec.shapes[i]);
+    costs.push_back(3.0 * static_cast<double>(layer->flops_per_sample(spec.shapes[i])) * static_cast<double>(cfg_.batch) +
+                    10.0 * static_cast<double>(layer->param_count()) + 1.0);
+  }
+  const int p = opts_.devices;
+  std::vector<int> bounds = balance_ranges(costs, p);
+  std::sort(devices_.begin(), devices_.end(), [](const Device_& a, const Device_& b) { return a.name < b.name; });
+  by_name_.clear();
+  for (size_t i = 0; i < devices_.size(); ++i) {
+    devices_[i].stage = static_cast<int>(i);
+    by_name_[devices_[i].name] = i;
+  }
+
+  OptimizerConfig ocfg = cfg_.optimizer;
+  BatchLoader loader(train, cfg_.batch, true, cfg_.seed);
+  const int64_t per_epoch = loader.batches_per_epoch();
+  if (ocfg.total_steps == 0) ocfg.total_steps = per_epoch * cfg_.epochs;
+  ocfg.validate();
+  const nlohmann::json training = {{"schedule", schedule_name(schedule)}, {"microbatches", cfg_.microbatches},
+                                   {"batch", cfg_.batch}, {"seed", cfg_.seed}};
+  assigned_ = true;
+  try {
+    // 3. Assign stages; each daemon with a previous stage answers with the
+    //    endpoint that stage must dial.
+    for (int s = 0; s < p; ++s) {
+      AssignMsg a;
+      a.stage = s;
+      a.num_stages = p;
+      a.layer_begin = bounds[s];
+      a.layer_end = bounds[s + 1];
+      a.model_spec_json = spec.to_json().dump();
+      a.optimizer_json = ocfg.to_json().dump();
+      a.training_json = training.dump();
+      a.link_encoding = encoding;
+      auto peer_of = [&](int i) {
+        return PeerInfo{"", devices_[i].reg.public_key, devices_[i].name};
+      };
+      if (s > 0) a.prev = peer_of(s - 1);
+      if (s + 1 < p) a.next = peer_of(s + 1);
+      Message m;
+      m.request_id = 1000 + s;
+      m.body = a;
+      send(devices_[s].name, m);
+      Received r = wait_for_reply(devices_[s].name, m.request_id, "its stage assignment", Millis(60000));
+      auto detail = nlohmann::json::parse(std::get<AckMsg>(r.message.body).detail);
+      devices_[s].peer_endpoint = detail.value("peer_endpoint", std::string());
+    }
+    for (int s = 0; s < p; ++s) {
+      nlohmann::json arg = {{"op", "connect"}};
+      if (s + 1 < p) arg["next_endpoint"] = devices_[s + 1].peer_endpoint;
+      Message m = control(ControlCommand::kStart, arg);
+      m.request_id = 2000 + s;
+      send(devices_[s].name, m);
+      (void)wait_for_reply(devices_[s].name, m.request_id, "the connect request", Millis(30000));
+    }
+
+    // 4. Train.
+    const bool classify = spec.loss == LossKind::cross_entropy;
+    const int64_t in_floats = numel(spec.input);
+    const int64_t target_floats = classify ? 1 : numel(spec.output());
+    nlohmann::json losses = nlohmann::json::array();
+    ProgressBar bar(cfg_.progress);
+    int64_t samples = 0, step = 0;
+    double train_seconds = 0;
+    std::map<int64_t, int64_t> step_batch;
+    int64_t next_loss_step = 0;
+    auto collect = [&](int64_t upto, Clock::time_point t_epoch, int64_t epoch_samples_before) {
+      // Waits until the last stage reported every step < upto; records losses in order.
+      while (next_loss_step < upto) {
+        auto it = last_metrics_.find(next_loss_step);
+        if (it == last_metrics_.end()) {
+          (void)receive(Millis(50));
+          continue;
+        }
+        const double loss = it->second.loss_sum / static_cast<double>(step_batch[next_loss_step]);
+        if (!std::isfinite(loss))
+          fail("training diverged at step " + std::to_string(next_loss_step) + " (loss " + std::to_string(loss) + "): lower --lr");
+        losses.push_back(loss);
+        last_metrics_.erase(it);
+        ++next_loss_step;
+        bar.update(next_loss_step - epoch_samples_before, loss, 0);
+        (void)t_epoch;
+      }
+    };
+    bool stopped = false;
+    for (int64_t epoch = 0; epoch < cfg_.epochs && !stopped; ++epoch) {
+      loader.start_epoch(epoch);
+      bar.begin(epoch + 1, cfg_.epochs, per_epoch);
+      const auto t_epoch = Clock::now();
+      const int64_t first_step = step;
+      int64_t epoch_samples = 0;
+      for (int64_t b = 0; b < per_epoch; ++b) {
+        if (cfg_.max_steps >= 0 && step >= cfg_.max_steps) {
+          stopped = true;
+          break;
+        }
+        current_step_ = step;
+        Batch batch = loader.get(b);
+        step_batch[step] = batch.size;
+        const int m = static_cast<int>(std::min<int64_t>(cfg_.microbatches, batch.size));
+        Message sc = control(ControlCommand::kStart, {{"op", "step"}, {"step", step}, {"batch", batch.size}});
+        for (const auto& d : devices_) send(d.name, sc);
+        auto xs = std::make_shared<std::vector<float>>(std::move(batch.x));
+        auto ys = std::make_shared<std::vector<float>>(std::move(batch.y));
+        for (int mb = 0; mb < m; ++mb) {
+          const int64_t lo = microbatch_offset(batch.size, m, mb), hi = microbatch_offset(batch.size, m, mb + 1);
+          TensorMsg xh{TensorKind::kInput, step, mb, batched(hi - lo, spec.input), Encoding::kF32, 0.f};
+          send(devices_.front().name, make_tensor_message(xh, xs->data() + lo * in_floats,
+                                                          static_cast<size_t>((hi - lo) * in_floats), xs));
+          TensorMsg yh{TensorKind::kLabels, step, mb, classify ? Shape{hi - lo} : batched(hi - lo, spec.output()),
+                       Encoding::kF32, 0.f};
+          send(devices_.back().name, make_tensor_message(yh, ys->data() + lo * target_floats,
+                                                         static_cast<size_t>((hi - lo) * target_floats), ys));
+        }
+        samples += batch.size;
+        epoch_samples += batch.size;
+        ++step;
+        // Keep at most two steps in flight so the first stage can start the
+        // next batch while the last one finishes this one.
+        collect(step - 1, t_epoch, first_step);
+        bar.update(next_loss_step - first_step, losses.empty() ? 0.0 : losses.back().get<double>(),
+                   epoch_samples / std::max(1e-9, seconds_since(t_epoch)));
+      }
+      collect(step, t_epoch, first_step);
+      train_seconds += seconds_since(t_epoch);
+      char summary[64];
+      std::snprintf(summary, sizeof summary, "%.0f samples/s", epoch_samples / std::max(1e-9, seconds_since(t_epoch)));
+      bar.end(summary);
+    }
+    current_step_ = step;
+
+    // 5. Gather the weights (stage blocks concatenate to the whole model's block).
+    std::vector<float> params;
+    for (int s = 0; s < p; ++s) {
+      Message m = control(ControlCommand::kCheckpoint, {{"op", "weights"}});
+      m.request_id = 3000 + s;
+      send(devices_[s].name, m);
+      Received r = wait_for_reply(devices_[s].name, m.request_id, "the weights request", Millis(60000));
+      std::vector<float> w = weights_values(r.message);
+      params.insert(params.end(), w.begin(), w.end());
+    }
+    auto cpu = open_device("cpu", DeviceOptions{});
+    Partition whole(*cpu, spec, 0, spec.num_layers());
+    if (static_cast<int64_t>(params.size()) != whole.param_count())
+      fail("gathered " + std::to_string(params.size()) + " parameters from the stages but the model has " +
+           std::to_string(whole.param_count()));
+    whole.params().from_host(params);
+    EvalResult ev = evaluate(whole, test, 256);
+
+    // 6. Finish: collect traces and busy times.
+    std::vector<TraceEvent> events;
+    nlohmann::json busy = nlohmann::json::array();
+    for (int s = 0; s < p; ++s) {
+      Message m = control(ControlCommand::kStop, {{"op", "finish"}});
+      m.request_id = 4000 + s;
+      send(devices_[s].name, m);
+      Received r = wait_for_reply(devices_[s].name, m.request_id, "the finish request", Millis(30000));
+      auto detail = nlohmann::json::parse(std::get<AckMsg>(r.message.body).detail);
+      for (const auto& e : detail.value("trace", nlohmann::json::array())) events.push_back(trace_event_from_json(e));
+      busy.push_back({{"stage", s}, {"device", devices_[s].name}, {"busy_seconds", detail.value("busy", nlohmann::json::object())}});
+    }
+    assigned_ = false;
+    if (opts_.shutdown_daemons)
+      for (const auto& d : devices_) (void)server_->send(d.name, control(ControlCommand::kShutdown, {{"op", "shutdown"}}));
+
+    if (!opts_.trace_path.empty()) {
+      double origin = std::numeric_limits<double>::max();
+      for (const auto& e : events) origin = std::min(origin, e.start_us);
+      for (auto& e : events) e.start_us -= origin;
+      std::vector<std::string> tracks;
+      for (const auto& d : devices_) tracks.push_back("stage " + std::to_string(d.stage) + " (" + d.name + ")");
+      std::ofstream out(opts_.trace_path);
+      if (!out) fail("cannot write the trace to " + opts_.trace_path);
+      out << chrome_trace(events, tracks).dump() << "\n";
+    }
+    if (cfg_.progress)
+      std::fprintf(stderr, "test accuracy %.4f  test loss %.4f  (%lld samples)\n", ev.accuracy, ev.loss,
+                   static_cast<long long>(ev.samples));
+
+    nlohmann::json out;
+    out["mode"] = "pipeline";
+    out["model"] = spec.name;
+    out["model_path"] = cfg_.model_path;
+    out["dataset"] = train.name;
+    out["train_samples"] = train.size();
+    out["test_samples"] = test.size();
+    out["epochs"] = cfg_.epochs;
+    out["batch"] = cfg_.batch;
+    out["microbatches"] = cfg_.microbatches;
+    out["schedule"] = schedule_name(schedule);
+    out["encoding"] = encoding_name(encoding);
+    out["seed"] = cfg_.seed;
+    out["steps"] = step;
+    out["losses"] = losses;
+    out["test_accuracy"] = ev.accuracy;
+    out["test_loss"] = ev.loss;
+    out["samples_per_sec"] = samples / std::max(1e-9, train_seconds);
+    out["wall_seconds"] = seconds_since(t_start);
+    out["train_seconds"] = train_seconds;
+    out["optimizer"] = ocfg.to_json();
+    out["parameters"] = whole.param_count();
+    nlohmann::json devs = nlohmann::json::array(), plan = nlohmann::json::array();
+    for (const auto& d : devices_) {
+      nlohmann::json details = nlohmann::json::parse(d.reg.details_json.empty() ? "{}" : d.reg.details_json, nullptr, false);
+      devs.push_back({{"name", d.name}, {"stage", d.stage}, {"gflops", d.reg.compute_gflops},
+                      {"memory_total", d.reg.memory_total}, {"memory_free", d.reg.memory_free},
+                      {"backends", d.reg.backends}, {"details", details.is_discarded() ? nlohmann::json() : details}});
+      int64_t params_in_stage = 0;
+      for (int i = bounds[d.stage]; i < bounds[d.stage + 1]; ++i)
+        params_in_stage += make_layer(spec.layers[i], spec.shapes[i])->param_count();
+      plan.push_back({{"stage", d.stage}, {"device", d.name}, {"layers", {bounds[d.stage], bounds[d.stage + 1]}},
+                      {"parameters", params_in_stage}});
+    }
+    out["devices"] = devs;
+    out["plan"] = plan;
+    out["stage_busy"] = busy;
+    out["bubble_theoretical"] = static_cast<double>(p - 1) / static_cast<double>(cfg_.microbatches + p - 1);
+    if (!opts_.trace_path.empty()) out["trace"] = opts_.trace_path;
+    return out;
+  } catch (...) {
+    stop_all(opts_.shutdown_daemons);
+    throw;
+  }
+}
+
+}  // namespace
+
+nlohmann::json train_pipeline(const TrainConfig& config, const ClusterOptions& cluster) {
+  Driver driver(config, cluster);
+  return driver.run();
+}
+
+}  // namespace cleave

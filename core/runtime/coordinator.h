@@ -1,0 +1,49 @@
+// coordinator.h: pipelined training across cleaved daemons (`cleave train`
+// without --local, and `cleave demo`).
+//
+// The coordinator listens (CURVE + allow-list), waits for N daemons to register,
+// splits the layers into N contiguous stages, assigns them, connects the stages
+// to each other, then streams each batch: a step control to every stage, the
+// micro-batches' inputs to the first stage and their labels to the last. The
+// last stage reports the loss; at the end the coordinator gathers the weights,
+// evaluates them on the test set and writes the same JSON as local training plus
+// `devices` and `plan`. Any failure (a refused assignment, a daemon that dies or
+// falls silent, an error it reports) stops the run within seconds with a message
+// naming the device and the step; the daemons are told to drop the job.
+#pragma once
+
+#include <functional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "core/train/train_config.h"
+
+namespace cleave {
+
+struct ClusterOptions {
+  int devices = 1;
+  std::string key_path;                 // coordinator's secret key
+  std::string allow_path;               // directory of admitted .pub files (or one file)
+  std::string listen = "tcp://*:7000";
+  std::string schedule = "gpipe";       // gpipe | 1f1b
+  std::string encoding = "f32";         // activations/gradients between stages: f32 | f16 | int8
+  std::string trace_path;               // Chrome trace output ("" = none)
+  std::string planner = "auto";         // auto (planner when available) | balance
+  bool insecure = false;
+  int register_timeout_ms = 120000;     // waiting for N daemons
+  int peer_timeout_ms = 5000;           // a daemon silent this long is declared dead
+  bool shutdown_daemons = false;        // tell daemons to exit at the end (cleave demo)
+  std::function<bool()> interrupted;    // polled; true stops the run (Ctrl-C)
+  std::function<void(const std::string&)> on_listening;  // called with the bound endpoint
+};
+
+// Runs the job; returns the result JSON. Throws std::runtime_error with a clear
+// message on failure.
+nlohmann::json train_pipeline(const TrainConfig& config, const ClusterOptions& cluster);
+
+// Contiguous split of `costs` into `parts` ranges minimising the largest range
+// sum (each range non-empty). Returns the `parts + 1` boundaries.
+std::vector<int> balance_ranges(const std::vector<double>& costs, int parts);
+
+}  // namespace cleave

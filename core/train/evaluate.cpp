@@ -1,0 +1,44 @@
+// evaluate.cpp: see evaluate.h.
+#include "core/train/evaluate.h"
+
+#include <algorithm>
+
+#include "core/nn/loss.h"
+
+namespace cleave {
+
+EvalResult evaluate(Partition& model, const Dataset& data, int64_t batch) {
+  EvalResult r;
+  Device& dev = model.device();
+  const Shape in = model.input_shape();
+  const int64_t in_floats = numel(in);
+  const Shape out = model.output_shape();
+  const bool classify = model.spec().loss == LossKind::cross_entropy;
+  const int64_t target_floats = classify ? 1 : numel(out);
+  double loss_sum = 0;
+  int64_t correct = 0;
+  for (int64_t start = 0; start < data.size(); start += batch) {
+    const int64_t n = std::min(batch, data.size() - start);
+    Shape xs = in;
+    xs.insert(xs.begin(), n);
+    Tensor x(dev, xs);
+    x.from_host(data.x.data() + start * in_floats);
+    Shape ts = classify ? Shape{n} : out;
+    if (!classify) ts.insert(ts.begin(), n);
+    Tensor t(dev, ts);
+    t.from_host(data.y.data() + start * target_floats);
+    Tensor y = model.forward(x, /*microbatch=*/-1, /*training=*/false);
+    Tensor dy(dev, y.shape());
+    LossResult lr = compute_loss(dev, model.spec().loss, y, t, dy, 1.0f);
+    loss_sum += lr.loss_sum;
+    correct += lr.correct;
+  }
+  r.samples = data.size();
+  if (r.samples > 0) {
+    r.loss = loss_sum / static_cast<double>(r.samples);
+    r.accuracy = static_cast<double>(correct) / static_cast<double>(r.samples);
+  }
+  return r;
+}
+
+}  // namespace cleave

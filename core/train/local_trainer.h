@@ -1,0 +1,21 @@
+// local_trainer.h: training in one process (`cleave train --local`).
+//
+// The reference every distributed mode is compared against: same batches (seeded
+// loader), same initialisation (Partition::init), same loss scaling (mean over
+// the batch, so micro-batches add up exactly), same optimizer.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include "core/train/train_config.h"
+
+namespace cleave {
+
+// Runs the whole job described by `config` and returns the result JSON:
+// mode, model, epochs, steps, losses (one per step), test_accuracy, test_loss,
+// samples_per_sec, wall_seconds, plus backend/device/optimizer details.
+// Throws std::runtime_error with a clear message for bad input (missing files,
+// bad model, checkpoint mismatch).
+nlohmann::json train_local(const TrainConfig& config);
+
+}  // namespace cleave

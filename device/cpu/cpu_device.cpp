@@ -1,0 +1,982 @@
+// cpu_device.cpp: CpuDevice ops. GEMM goes to OpenBLAS; every other op is a plain
+// contiguous loop, split into one contiguous chunk per OpenMP thread when the
+// work is large enough to pay for the team (see run_chunks).
+#include "device/cpu/cpu_device.h"
+
+#include <cblas.h>
+#include <omp.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "device/backends.h"
+
+namespace cleave {
+
+namespace {
+
+// Below this many elementary operations a loop runs on the calling thread.
+constexpr int64_t kMinParallelWork = 1 << 15;
+constexpr size_t kAlignment = 64;
+
+std::string mib(size_t bytes) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.1f", static_cast<double>(bytes) / (1024.0 * 1024.0));
+  return buf;
+}
+
+// Runs f(chunk, begin, end) over [0, n) split into `team` contiguous chunks.
+template <class F>
+void run_chunks(int team, int64_t n, F&& f) {
+  if (team <= 1) {
+    f(0, int64_t{0}, n);
+    return;
+  }
+#pragma omp parallel num_threads(team)
+  {
+    const int64_t t = omp_get_thread_num();
+    const int64_t nt = omp_get_num_threads();
+    f(static_cast<int>(t), n * t / nt, n * (t + 1) / nt);
+  }
+}
+
+float* ptr(const Tensor& t) { return t.defined() ? static_cast<float*>(t.handle()) + t.offset() : nullptr; }
+
+void check_window(const char* op, const Window2d& g) {
+  if (g.n < 0 || g.c < 0 || g.h < 1 || g.w < 1 || g.kh < 1 || g.kw < 1 || g.sh < 1 || g.sw < 1 || g.ph < 0 ||
+      g.pw < 0 || g.h + 2 * g.ph < g.kh || g.w + 2 * g.pw < g.kw)
+    throw std::invalid_argument(std::string("cpu ") + op + ": invalid window (input " + std::to_string(g.n) +
+                                "x" + std::to_string(g.c) + "x" + std::to_string(g.h) + "x" +
+                                std::to_string(g.w) + ", kernel " + std::to_string(g.kh) + "x" +
+                                std::to_string(g.kw) + ", stride " + std::to_string(g.sh) + "x" +
+                                std::to_string(g.sw) + ", padding " + std::to_string(g.ph) + "x" +
+                                std::to_string(g.pw) + ")");
+}
+
+void check_dims(const char* op, std::initializer_list<int64_t> dims) {
+  for (int64_t d : dims)
+    if (d < 0) throw std::invalid_argument(std::string("cpu ") + op + ": negative dimension " + std::to_string(d));
+}
+
+// Output positions xo in [lo, hi) whose input column xo*s - p + j lies in [0, w).
+void valid_range(int64_t w, int64_t out, int64_t s, int64_t p, int64_t j, int64_t& lo, int64_t& hi) {
+  const int64_t first = p - j;  // xo*s >= first
+  lo = first > 0 ? (first + s - 1) / s : 0;
+  const int64_t last = w - 1 + p - j;  // xo*s <= last
+  hi = last >= 0 ? std::min(out, last / s + 1) : 0;
+  lo = std::min(lo, out);
+  if (hi < lo) hi = lo;
+}
+
+inline float gelu(float x) { return 0.5f * x * (1.0f + std::erf(x * 0.70710678118654752f)); }
+inline float gelu_grad(float x) {
+  const float cdf = 0.5f * (1.0f + std::erf(x * 0.70710678118654752f));
+  const float pdf = 0.39894228040143268f * std::exp(-0.5f * x * x);
+  return cdf + x * pdf;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// identity and memory
+
+CpuDevice::CpuDevice(const DeviceOptions& opts)
+    : limit_(opts.memory_limit), in_use_(std::make_shared<std::atomic<size_t>>(0)) {
+  if (opts.threads < 0)
+    throw std::invalid_argument("cpu: thread count must be >= 0 (0 = all cores), got " +
+                                std::to_string(opts.threads));
+  threads_ = opts.threads > 0 ? opts.threads : std::max(1, omp_get_num_procs());
+  openblas_set_num_threads(threads_);
+}
+
+std::string CpuDevice::name() const {
+  return "cpu (" + std::to_string(threads_) + (threads_ == 1 ? " thread" : " threads") + ", OpenBLAS)";
+}
+
+MemoryInfo CpuDevice::memory() const {
+  const long page = sysconf(_SC_PAGESIZE);
+  const long pages = sysconf(_SC_PHYS_PAGES);
+  const long avail = sysconf(_SC_AVPHYS_PAGES);
+  const size_t phys = page > 0 && pages > 0 ? static_cast<size_t>(page) * static_cast<size_t>(pages) : 0;
+  const size_t phys_free = page > 0 && avail > 0 ? static_cast<size_t>(page) * static_cast<size_t>(avail) : 0;
+  MemoryInfo info;
+  const size_t used = in_use_->load();
+  if (limit_ > 0) {
+    info.total = limit_;
+    info.free = std::min(limit_ > used ? limit_ - used : 0, phys_free > 0 ? phys_free : limit_);
+  } else {
+    info.total = phys;
+    info.free = phys_free;
+  }
+  return info;
+}
+
+std::shared_ptr<Buffer> CpuDevice::allocate(size_t bytes) {
+  const size_t rounded = (std::max<size_t>(bytes, 1) + kAlignment - 1) / kAlignment * kAlignment;
+  size_t used = in_use_->fetch_add(bytes) + bytes;
+  if (limit_ > 0 && used > limit_) {
+    in_use_->fetch_sub(bytes);
+    throw OutOfMemory("cpu: cannot allocate " + mib(bytes) + " MiB: " + mib(used - bytes) + " MiB in use of the " +
+                      mib(limit_) + " MiB limit (--memory-limit)");
+  }
+  void* p = std::aligned_alloc(kAlignment, rounded);
+  if (p == nullptr) {
+    in_use_->fetch_sub(bytes);
+    throw OutOfMemory("cpu: cannot allocate " + mib(bytes) + " MiB: the system is out of memory (" +
+                      mib(used - bytes) + " MiB in use by this device)");
+  }
+  auto buf = std::make_shared<Buffer>();
+  buf->device = this;
+  buf->handle = p;
+  buf->bytes = bytes;
+  buf->release = [counter = in_use_](Buffer& b) {
+    std::free(b.handle);
+    counter->fetch_sub(b.bytes);
+    b.handle = nullptr;
+  };
+  return buf;
+}
+
+int CpuDevice::team_size(int64_t n, int64_t cost) const {
+  if (threads_ <= 1 || n <= 1) return 1;
+  const int64_t work = n * std::max<int64_t>(cost, 1);
+  if (work < kMinParallelWork) return 1;
+  const int64_t by_work = work / (kMinParallelWork / 2);
+  return static_cast<int>(std::min<int64_t>({threads_, n, by_work}));
+}
+
+namespace {
+
+// Shape and placement checks shared by the ops.
+struct Checker {
+  const Device* dev;
+  const char* op;
+  void on_device(const Tensor& t, const char* what) const {
+    if (!t.defined()) throw std::invalid_argument(std::string("cpu ") + op + ": " + what + " is undefined");
+    if (&t.device() != dev)
+      throw std::invalid_argument(std::string("cpu ") + op + ": " + what + " lives on another device (" +
+                                  t.device().name() + ")");
+  }
+  // t must hold at least `need` elements.
+  void at_least(const Tensor& t, const char* what, int64_t need) const {
+    on_device(t, what);
+    if (t.numel() < need)
+      throw std::invalid_argument(std::string("cpu ") + op + ": " + what + " " + shape_str(t.shape()) + " has " +
+                                  std::to_string(t.numel()) + " elements, needs " + std::to_string(need));
+  }
+  void same(const Tensor& t, const char* what, int64_t n) const {
+    on_device(t, what);
+    if (t.numel() != n)
+      throw std::invalid_argument(std::string("cpu ") + op + ": " + what + " " + shape_str(t.shape()) + " has " +
+                                  std::to_string(t.numel()) + " elements, expected " + std::to_string(n));
+  }
+};
+
+}  // namespace
+
+void CpuDevice::upload(const Tensor& dst, const float* src) {
+  Checker{this, "upload"}.on_device(dst, "dst");
+  if (dst.numel() > 0 && src == nullptr) throw std::invalid_argument("cpu upload: null source");
+  if (dst.numel() > 0) std::memcpy(ptr(dst), src, dst.bytes());
+}
+
+void CpuDevice::download(const Tensor& src, float* dst) {
+  Checker{this, "download"}.on_device(src, "src");
+  if (src.numel() > 0 && dst == nullptr) throw std::invalid_argument("cpu download: null destination");
+  if (src.numel() > 0) std::memcpy(dst, ptr(src), src.bytes());
+}
+
+void CpuDevice::copy(const Tensor& src, const Tensor& dst) {
+  Checker ck{this, "copy"};
+  ck.on_device(src, "src");
+  ck.same(dst, "dst", src.numel());
+  if (src.numel() > 0) std::memmove(ptr(dst), ptr(src), src.bytes());
+}
+
+void CpuDevice::fill(const Tensor& t, float value) {
+  Checker{this, "fill"}.on_device(t, "tensor");
+  float* p = ptr(t);
+  run_chunks(team_size(t.numel(), 1), t.numel(), [&](int, int64_t b, int64_t e) { std::fill(p + b, p + e, value); });
+}
+
+// ---------------------------------------------------------------------------------------------
+// GEMM
+
+void CpuDevice::gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const Tensor& a,
+                     int64_t lda, const Tensor& b, int64_t ldb, float beta, const Tensor& c, int64_t ldc) {
+  Checker ck{this, "gemm"};
+  check_dims("gemm", {m, n, k});
+  if (m > INT_MAX || n > INT_MAX || k > INT_MAX || lda > INT_MAX || ldb > INT_MAX || ldc > INT_MAX)
+    throw std::invalid_argument("cpu gemm: dimensions exceed the BLAS integer range");
+  const int64_t rows_a = trans_a ? k : m, cols_a = trans_a ? m : k;
+  const int64_t rows_b = trans_b ? n : k, cols_b = trans_b ? k : n;
+  if (lda < std::max<int64_t>(1, cols_a) || ldb < std::max<int64_t>(1, cols_b) || ldc < std::max<int64_t>(1, n))
+    throw std::invalid_argument("cpu gemm: leading dimension too small (lda " + std::to_string(lda) + ", ldb " +
+                                std::to_string(ldb) + ", ldc " + std::to_string(ldc) + " for m " +
+                                std::to_string(m) + ", n " + std::to_string(n) + ", k " + std::to_string(k) + ")");
+  if (m == 0 || n == 0) return;
+  ck.at_least(c, "C", (m - 1) * ldc + n);
+  if (k == 0) {
+    float* pc = ptr(c);
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) pc[i * ldc + j] = beta == 0.f ? 0.f : beta * pc[i * ldc + j];
+    return;
+  }
+  ck.at_least(a, "A", (rows_a - 1) * lda + cols_a);
+  ck.at_least(b, "B", (rows_b - 1) * ldb + cols_b);
+  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
+              static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), alpha, ptr(a), static_cast<int>(lda),
+              ptr(b), static_cast<int>(ldb), beta, ptr(c), static_cast<int>(ldc));
+}
+
+// ---------------------------------------------------------------------------------------------
+// elementwise (outputs may alias inputs element for element, so no __restrict here)
+
+void CpuDevice::axpy(float alpha, const Tensor& x, const Tensor& y) {
+  Checker ck{this, "axpy"};
+  ck.on_device(x, "x");
+  ck.same(y, "y", x.numel());
+  const float* px = ptr(x);
+  float* py = ptr(y);
+  run_chunks(team_size(x.numel(), 1), x.numel(), [&](int, int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) py[i] += alpha * px[i];
+  });
+}
+
+void CpuDevice::scale(const Tensor& x, float alpha) {
+  Checker{this, "scale"}.on_device(x, "x");
+  float* px = ptr(x);
+  run_chunks(team_size(x.numel(), 1), x.numel(), [&](int, int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) px[i] *= alpha;
+  });
+}
+
+void CpuDevice::mul(const Tensor& a, const Tensor& b, const Tensor& out) {
+  Checker ck{this, "mul"};
+  ck.on_device(a, "a");
+  ck.same(b, "b", a.numel());
+  ck.same(out, "out", a.numel());
+  const float* pa = ptr(a);
+  const float* pb = ptr(b);
+  float* po = ptr(out);
+  run_chunks(team_size(a.numel(), 1), a.numel(), [&](int, int64_t s, int64_t e) {
+    for (int64_t i = s; i < e; ++i) po[i] = pa[i] * pb[i];
+  });
+}
+
+void CpuDevice::activation_forward(Activation act, const Tensor& x, const Tensor& y) {
+  Checker ck{this, "activation_forward"};
+  ck.on_device(x, "x");
+  ck.same(y, "y", x.numel());
+  const float* px = ptr(x);
+  float* py = ptr(y);
+  const int64_t n = x.numel();
+  switch (act) {
+    case Activation::relu:
+      run_chunks(team_size(n, 1), n, [&](int, int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) py[i] = px[i] > 0.f ? px[i] : 0.f;
+      });
+      return;
+    case Activation::gelu:
+      run_chunks(team_size(n, 16), n, [&](int, int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) py[i] = gelu(px[i]);
+      });
+      return;
+    case Activation::tanh:
+      run_chunks(team_size(n, 16), n, [&](int, int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) py[i] = std::tanh(px[i]);
+      });
+      return;
+  }
+  throw std::invalid_argument("cpu activation_forward: unknown activation");
+}
+
+void CpuDevice::activation_backward(Activation act, const Tensor& x, const Tensor& y, const Tensor& dy,
+                                    const Tensor& dx) {
+  Checker ck{this, "activation_backward"};
+  ck.on_device(dy, "dy");
+  const int64_t n = dy.numel();
+  ck.same(dx, "dx", n);
+  const float* pdy = ptr(dy);
+  float* pdx = ptr(dx);
+  switch (act) {
+    case Activation::relu: {
+      // relu'(x) = 1 where x > 0 (equivalently y > 0); use whichever the caller kept.
+      const Tensor& ref = x.defined() ? x : y;
+      ck.same(ref, "x", n);
+      const float* pr = ptr(ref);
+      run_chunks(team_size(n, 1), n, [&](int, int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) pdx[i] = pr[i] > 0.f ? pdy[i] : 0.f;
+      });
+      return;
+    }
+    case Activation::gelu: {
+      ck.same(x, "x", n);
+      const float* px = ptr(x);
+      run_chunks(team_size(n, 24), n, [&](int, int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) pdx[i] = pdy[i] * gelu_grad(px[i]);
+      });
+      return;
+    }
+    case Activation::tanh: {
+      ck.same(y, "y", n);
+      const float* py = ptr(y);
+      run_chunks(team_size(n, 1), n, [&](int, int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) pdx[i] = pdy[i] * (1.f - py[i] * py[i]);
+      });
+      return;
+    }
+  }
+  throw std::invalid_argument("cpu activation_backward: unknown activation");
+}
+
+// ---------------------------------------------------------------------------------------------
+// bias
+
+void CpuDevice::add_bias_rows(const Tensor& y, const Tensor& b, int64_t rows, int64_t features) {
+  Checker ck{this, "add_bias_rows"};
+  check_dims("add_bias_rows", {rows, features});
+  ck.at_least(y, "y", rows * features);
+  ck.at_least(b, "b", features);
+  float* py = ptr(y);
+  const float* __restrict pb = ptr(b);
+  run_chunks(team_size(rows, features), rows, [&](int, int64_t s, int64_t e) {
+    for (int64_t r = s; r < e; ++r) {
+      float* __restrict row = py + r * features;
+      for (int64_t f = 0; f < features; ++f) row[f] += pb[f];
+    }
+  });
+}
+
+void CpuDevice::bias_grad_rows(const Tensor& dy, const Tensor& db, int64_t rows, int64_t features) {
+  Checker ck{this, "bias_grad_rows"};
+  check_dims("bias_grad_rows", {rows, features});
+  ck.at_least(dy, "dy", rows * features);
+  ck.at_least(db, "db", features);
+  const float* pdy = ptr(dy);
+  float* pdb = ptr(db);
+  const int team = team_size(rows, features);
+  std::vector<float> partial(static_cast<size_t>(team * features), 0.f);
+  run_chunks(team, rows, [&](int t, int64_t s, int64_t e) {
+    float* __restrict acc = partial.data() + t * features;
+    for (int64_t r = s; r < e; ++r) {
+      const float* __restrict row = pdy + r * features;
+      for (int64_t f = 0; f < features; ++f) acc[f] += row[f];
+    }
+  });
+  for (int t = 0; t < team; ++t)
+    for (int64_t f = 0; f < features; ++f) pdb[f] += partial[t * features + f];
+}
+
+void CpuDevice::add_bias_channels(const Tensor& y, const Tensor& b, int64_t n, int64_t c, int64_t hw) {
+  Checker ck{this, "add_bias_channels"};
+  check_dims("add_bias_channels", {n, c, hw});
+  ck.at_least(y, "y", n * c * hw);
+  ck.at_least(b, "b", c);
+  float* py = ptr(y);
+  const float* pb = ptr(b);
+  run_chunks(team_size(n * c, hw), n * c, [&](int, int64_t s, int64_t e) {
+    for (int64_t p = s; p < e; ++p) {
+      float* __restrict plane = py + p * hw;
+      const float v = pb[p % c];
+      for (int64_t i = 0; i < hw; ++i) plane[i] += v;
+    }
+  });
+}
+
+void CpuDevice::bias_grad_channels(const Tensor& dy, const Tensor& db, int64_t n, int64_t c, int64_t hw) {
+  Checker ck{this, "bias_grad_channels"};
+  check_dims("bias_grad_channels", {n, c, hw});
+  ck.at_least(dy, "dy", n * c * hw);
+  ck.at_least(db, "db", c);
+  const float* pdy = ptr(dy);
+  float* pdb = ptr(db);
+  run_chunks(team_size(c, n * hw), c, [&](int, int64_t s, int64_t e) {
+    for (int64_t ci = s; ci < e; ++ci) {
+      double total = 0;
+      for (int64_t ni = 0; ni < n; ++ni) {
+        const float* __restrict plane = pdy + (ni * c + ci) * hw;
+        float acc = 0.f;
+#pragma omp simd reduction(+ : acc)
+        for (int64_t i = 0; i < hw; ++i) acc += plane[i];
+        total += acc;
+      }
+      pdb[ci] += static_cast<float>(total);
+    }
+  });
+}
+
+// ---------------------------------------------------------------------------------------------
+// convolution helpers
+
+void CpuDevice::im2col(const Tensor& x, const Tensor& cols, const Window2d& g) {
+  Checker ck{this, "im2col"};
+  check_window("im2col", g);
+  const int64_t oh = g.out_h(), ow = g.out_w();
+  const int64_t ncols = g.n * oh * ow;
+  const int64_t nrows = g.c * g.kh * g.kw;
+  ck.at_least(x, "x", g.n * g.c * g.h * g.w);
+  ck.at_least(cols, "cols", nrows * ncols);
+  const float* __restrict px = ptr(x);
+  float* __restrict pc = ptr(cols);
+  const int64_t h = g.h, w = g.w, c = g.c, kh = g.kh, kw = g.kw, sh = g.sh, sw = g.sw, ph = g.ph, pw = g.pw;
+  run_chunks(team_size(nrows, ncols), nrows, [&](int, int64_t s, int64_t e) {
+    for (int64_t r = s; r < e; ++r) {
+      const int64_t ci = r / (kh * kw), i = (r / kw) % kh, j = r % kw;
+      int64_t x_lo, x_hi;
+      valid_range(w, ow, sw, pw, j, x_lo, x_hi);
+      float* __restrict out_row = pc + r * ncols;
+      for (int64_t ni = 0; ni < g.n; ++ni) {
+        const float* __restrict src = px + (ni * c + ci) * h * w;
+        for (int64_t yo = 0; yo < oh; ++yo) {
+          float* __restrict o = out_row + (ni * oh + yo) * ow;
+          const int64_t iy = yo * sh - ph + i;
+          if (iy < 0 || iy >= h) {
+            std::memset(o, 0, static_cast<size_t>(ow) * sizeof(float));
+            continue;
+          }
+          const float* __restrict in = src + iy * w - pw + j;  // in[xo*sw] is column xo
+          for (int64_t xo = 0; xo < x_lo; ++xo) o[xo] = 0.f;
+          if (sw == 1) {
+            if (x_hi > x_lo) std::memcpy(o + x_lo, in + x_lo, static_cast<size_t>(x_hi - x_lo) * sizeof(float));
+          } else {
+            for (int64_t xo = x_lo; xo < x_hi; ++xo) o[xo] = in[xo * sw];
+          }
+          for (int64_t xo = x_hi; xo < ow; ++xo) o[xo] = 0.f;
+        }
+      }
+    }
+  });
+}
+
+void CpuDevice::col2im(const Tensor& cols, const Tensor& dx, const Window2d& g) {
+  Checker ck{this, "col2im"};
+  check_window("col2im", g);
+  const int64_t oh = g.out_h(), ow = g.out_w();
+  const int64_t ncols = g.n * oh * ow;
+  ck.at_least(cols, "cols", g.c * g.kh * g.kw * ncols);
+  ck.at_least(dx, "dx", g.n * g.c * g.h * g.w);
+  const float* __restrict pc = ptr(cols);
+  float* __restrict pdx = ptr(dx);
+  const int64_t h = g.h, w = g.w, c = g.c, kh = g.kh, kw = g.kw, sh = g.sh, sw = g.sw, ph = g.ph, pw = g.pw;
+  const int64_t planes = g.n * c;
+  run_chunks(team_size(planes, kh * kw * oh * ow), planes, [&](int, int64_t s, int64_t e) {
+    for (int64_t p = s; p < e; ++p) {
+      const int64_t ni = p / c, ci = p % c;
+      float* __restrict plane = pdx + p * h * w;
+      std::memset(plane, 0, static_cast<size_t>(h * w) * sizeof(float));
+      for (int64_t i = 0; i < kh; ++i) {
+        for (int64_t j = 0; j < kw; ++j) {
+          int64_t x_lo, x_hi;
+          valid_range(w, ow, sw, pw, j, x_lo, x_hi);
+          const float* __restrict src = pc + ((ci * kh + i) * kw + j) * ncols + ni * oh * ow;
+          for (int64_t yo = 0; yo < oh; ++yo) {
+            const int64_t iy = yo * sh - ph + i;
+            if (iy < 0 || iy >= h) continue;
+            float* __restrict out = plane + iy * w - pw + j;
+            const float* __restrict in = src + yo * ow;
+            if (sw == 1) {
+              for (int64_t xo = x_lo; xo < x_hi; ++xo) out[xo] += in[xo];
+            } else {
+              for (int64_t xo = x_lo; xo < x_hi; ++xo) out[xo * sw] += in[xo];
+            }
+          }
+        }
+      }
+    }
+  });
+}
+
+void CpuDevice::swap_axes01(const Tensor& src, const Tensor& dst, int64_t a, int64_t b, int64_t r) {
+  Checker ck{this, "swap_axes01"};
+  check_dims("swap_axes01", {a, b, r});
+  ck.at_least(src, "src", a * b * r);
+  ck.at_least(dst, "dst", a * b * r);
+  if (a * b * r > 0 && ptr(src) == ptr(dst) && a > 1 && b > 1)
+    throw std::invalid_argument("cpu swap_axes01: src and dst must not overlap");
+  const float* __restrict ps = ptr(src);
+  float* __restrict pd = ptr(dst);
+  if (r >= 8) {
+    // Contiguous runs of r floats: one memcpy per (b, a) pair, dst written in order.
+    run_chunks(team_size(a * b, r), a * b, [&](int, int64_t s, int64_t e) {
+      for (int64_t idx = s; idx < e; ++idx) {
+        const int64_t bi = idx / a, ai = idx % a;
+        std::memcpy(pd + idx * r, ps + (ai * b + bi) * r, static_cast<size_t>(r) * sizeof(float));
+      }
+    });
+    return;
+  }
+  // Short runs: a blocked transpose of (a, b) matrices whose elements are r floats.
+  constexpr int64_t kTile = 32;
+  const int64_t tiles_b = (b + kTile - 1) / kTile;
+  run_chunks(team_size(tiles_b, kTile * a * r), tiles_b, [&](int, int64_t s, int64_t e) {
+    for (int64_t tb = s; tb < e; ++tb) {
+      const int64_t b0 = tb * kTile, b1 = std::min(b, b0 + kTile);
+      for (int64_t a0 = 0; a0 < a; a0 += kTile) {
+        const int64_t a1 = std::min(a, a0 + kTile);
+        for (int64_t bi = b0; bi < b1; ++bi)
+          for (int64_t ai = a0; ai < a1; ++ai)
+            for (int64_t k = 0; k < r; ++k) pd[(bi * a + ai) * r + k] = ps[(ai * b + bi) * r + k];
+      }
+    }
+  });
+}
+
+// ---------------------------------------------------------------------------------------------
+// pooling
+
+void CpuDevice::maxpool_forward(const Tensor& x, const Tensor& y, const Tensor& argmax, const Window2d& g) {
+  Checker ck{this, "maxpool_forward"};
+  check_window("maxpool_forward", g);
+  const int64_t oh = g.out_h(), ow = g.out_w();
+  const int64_t planes = g.n * g.c;
+  ck.at_least(x, "x", planes * g.h * g.w);
+  ck.at_least(y, "y", planes * oh * ow);
+  ck.at_least(argmax, "argmax", planes * oh * ow);
+  const float* __restrict px = ptr(x);
+  float* __restrict py = ptr(y);
+  float* __restrict pa = ptr(argmax);
+  const int64_t h = g.h, w = g.w, kh = g.kh, kw = g.kw, sh = g.sh, sw = g.sw, ph = g.ph, pw = g.pw;
+  const float neg_inf = -std::numeric_limits<float>::infinity();
+  const auto better = [](float v, float best) { return v > best || (std::isnan(v) && !std::isnan(best)); };
+  if (kh == 2 && kw == 2 && sh == 2 && sw == 2 && ph == 0 && pw == 0) {
+    // The common 2x2 / stride 2 pooling: every window lies inside the plane.
+    run_chunks(team_size(planes, oh * ow * 4), planes, [&](int, int64_t s, int64_t e) {
+      for (int64_t p = s; p < e; ++p) {
+        const float* __restrict in = px + p * h * w;
+        float* __restrict out = py + p * oh * ow;
+        float* __restrict arg = pa + p * oh * ow;
+        for (int64_t yo = 0; yo < oh; ++yo) {
+          const float* __restrict r0 = in + 2 * yo * w;
+          const float* __restrict r1 = r0 + w;
+          for (int64_t xo = 0; xo < ow; ++xo) {
+            const int64_t base = 2 * yo * w + 2 * xo;
+            const float cand[4] = {r0[2 * xo], r0[2 * xo + 1], r1[2 * xo], r1[2 * xo + 1]};
+            const int64_t where[4] = {base, base + 1, base + w, base + w + 1};
+            float best = cand[0];
+            int64_t best_i = where[0];
+            for (int q = 1; q < 4; ++q) {
+              if (better(cand[q], best)) {
+                best = cand[q];
+                best_i = where[q];
+              }
+            }
+            out[yo * ow + xo] = best;
+            arg[yo * ow + xo] = static_cast<float>(best_i);
+          }
+        }
+      }
+    });
+    return;
+  }
+  run_chunks(team_size(planes, oh * ow * kh * kw), planes, [&](int, int64_t s, int64_t e) {
+    for (int64_t p = s; p < e; ++p) {
+      const float* __restrict in = px + p * h * w;
+      float* __restrict out = py + p * oh * ow;
+      float* __restrict arg = pa + p * oh * ow;
+      for (int64_t yo = 0; yo < oh; ++yo) {
+        const int64_t hs0 = yo * sh - ph;
+        const int64_t hs = std::max<int64_t>(hs0, 0), he = std::min(hs0 + kh, h);
+        for (int64_t xo = 0; xo < ow; ++xo) {
+          const int64_t ws0 = xo * sw - pw;
+          const int64_t ws = std::max<int64_t>(ws0, 0), we = std::min(ws0 + kw, w);
+          float best = neg_inf;
+          int64_t best_i = (hs < he && ws < we) ? hs * w + ws : -1;
+          for (int64_t iy = hs; iy < he; ++iy) {
+            for (int64_t ix = ws; ix < we; ++ix) {
+              const float v = in[iy * w + ix];
+              if (better(v, best)) {
+                best = v;
+                best_i = iy * w + ix;
+              }
+            }
+          }
+          out[yo * ow + xo] = best;
+          arg[yo * ow + xo] = static_cast<float>(best_i);
+        }
+      }
+    }
+  });
+}
+
+void CpuDevice::maxpool_backward(const Tensor& dy, const Tensor& argmax, const Tensor& dx, const Window2d& g) {
+  Checker ck{this, "maxpool_backward"};
+  check_window("maxpool_backward", g);
+  const int64_t oh = g.out_h(), ow = g.out_w();
+  const int64_t planes = g.n * g.c, hw = g.h * g.w, ohw = oh * ow;
+  ck.at_least(dy, "dy", planes * ohw);
+  ck.at_least(argmax, "argmax", planes * ohw);
+  ck.at_least(dx, "dx", planes * hw);
+  const float* __restrict pdy = ptr(dy);
+  const float* __restrict pa = ptr(argmax);
+  float* __restrict pdx = ptr(dx);
+  run_chunks(team_size(planes, hw + ohw), planes, [&](int, int64_t s, int64_t e) {
+    for (int64_t p = s; p < e; ++p) {
+      float* __restrict out = pdx + p * hw;
+      std::memset(out, 0, static_cast<size_t>(hw) * sizeof(float));
+      const float* __restrict d = pdy + p * ohw;
+      const float* __restrict a = pa + p * ohw;
+      for (int64_t i = 0; i < ohw; ++i) {
+        const int64_t idx = static_cast<int64_t>(a[i]);
+        if (idx >= 0 && idx < hw) out[idx] += d[i];
+      }
+    }
+  });
+}
+
+void CpuDevice::avgpool_forward(const Tensor& x, const Tensor& y, const Window2d& g) {
+  Checker ck{this, "avgpool_forward"};
+  check_window("avgpool_forward", g);
+  const int64_t oh = g.out_h(), ow = g.out_w();
+  const int64_t planes = g.n * g.c;
+  ck.at_least(x, "x", planes * g.h * g.w);
+  ck.at_least(y, "y", planes * oh * ow);
+  const float* __restrict px = ptr(x);
+  float* __restrict py = ptr(y);
+  const int64_t h = g.h, w = g.w, kh = g.kh, kw = g.kw, sh = g.sh, sw = g.sw, ph = g.ph, pw = g.pw;
+  const float inv = 1.f / static_cast<float>(kh * kw);
+  run_chunks(team_size(planes, oh * ow * kh * kw), planes, [&](int, int64_t s, int64_t e) {
+    for (int64_t p = s; p < e; ++p) {
+      const float* __restrict in = px + p * h * w;
+      float* __restrict out = py + p * oh * ow;
+      for (int64_t yo = 0; yo < oh; ++yo) {
+        const int64_t hs = std::max<int64_t>(yo * sh - ph, 0), he = std::min(yo * sh - ph + kh, h);
+        for (int64_t xo = 0; xo < ow; ++xo) {
+          const int64_t ws = std::max<int64_t>(xo * sw - pw, 0), we = std::min(xo * sw - pw + kw, w);
+          float acc = 0.f;
+          for (int64_t iy = hs; iy < he; ++iy)
+            for (int64_t ix = ws; ix < we; ++ix) acc += in[iy * w + ix];
+          out[yo * ow + xo] = acc * inv;
+        }
+      }
+    }
+  });
+}
+
+void CpuDevice::avgpool_backward(const Tensor& dy, const Tensor& dx, const Window2d& g) {
+  Checker ck{this, "avgpool_backward"};
+  check_window("avgpool_backward", g);
+  const int64_t oh = g.out_h(), ow = g.out_w();
+  const int64_t planes = g.n * g.c;
+  ck.at_least(dy, "dy", planes * oh * ow);
+  ck.at_least(dx, "dx", planes * g.h * g.w);
+  const float* __restrict pdy = ptr(dy);
+  float* __restrict pdx = ptr(dx);
+  const int64_t h = g.h, w = g.w, kh = g.kh, kw = g.kw, sh = g.sh, sw = g.sw, ph = g.ph, pw = g.pw;
+  const float inv = 1.f / static_cast<float>(kh * kw);
+  run_chunks(team_size(planes, oh * ow * kh * kw), planes, [&](int, int64_t s, int64_t e) {
+    for (int64_t p = s; p < e; ++p) {
+      float* __restrict out = pdx + p * h * w;
+      const float* __restrict d = pdy + p * oh * ow;
+      std::memset(out, 0, static_cast<size_t>(h * w) * sizeof(float));
+      for (int64_t yo = 0; yo < oh; ++yo) {
+        const int64_t hs = std::max<int64_t>(yo * sh - ph, 0), he = std::min(yo * sh - ph + kh, h);
+        for (int64_t xo = 0; xo < ow; ++xo) {
+          const int64_t ws = std::max<int64_t>(xo * sw - pw, 0), we = std::min(xo * sw - pw + kw, w);
+          const float v = d[yo * ow + xo] * inv;
+          for (int64_t iy = hs; iy < he; ++iy)
+            for (int64_t ix = ws; ix < we; ++ix) out[iy * w + ix] += v;
+        }
+      }
+    }
+  });
+}
+
+// ---------------------------------------------------------------------------------------------
+// layer norm
+
+void CpuDevice::layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& y,
+                                  const Tensor& mean, const Tensor& rstd, int64_t rows, int64_t cols, float eps) {
+  Checker ck{this, "layernorm_forward"};
+  check_dims("layernorm_forward", {rows, cols});
+  if (cols == 0) throw std::invalid_argument("cpu layernorm_forward: cols must be > 0");
+  ck.at_least(x, "x", rows * cols);
+  ck.at_least(y, "y", rows * cols);
+  ck.at_least(gamma, "gamma", cols);
+  ck.at_least(beta, "beta", cols);
+  ck.at_least(mean, "mean", rows);
+  ck.at_least(rstd, "rstd", rows);
+  const float* px = ptr(x);
+  float* py = ptr(y);
+  const float* __restrict pg = ptr(gamma);
+  const float* __restrict pb = ptr(beta);
+  float* __restrict pm = ptr(mean);
+  float* __restrict pr = ptr(rstd);
+  run_chunks(team_size(rows, cols * 4), rows, [&](int, int64_t s, int64_t e) {
+    for (int64_t r = s; r < e; ++r) {
+      const float* in = px + r * cols;
+      float* out = py + r * cols;
+      float sum = 0.f;
+#pragma omp simd reduction(+ : sum)
+      for (int64_t j = 0; j < cols; ++j) sum += in[j];
+      const float mu = sum / static_cast<float>(cols);
+      float sq = 0.f;
+#pragma omp simd reduction(+ : sq)
+      for (int64_t j = 0; j < cols; ++j) sq += (in[j] - mu) * (in[j] - mu);
+      const float rs = 1.f / std::sqrt(sq / static_cast<float>(cols) + eps);
+      for (int64_t j = 0; j < cols; ++j) out[j] = (in[j] - mu) * rs * pg[j] + pb[j];
+      pm[r] = mu;
+      pr[r] = rs;
+    }
+  });
+}
+
+void CpuDevice::layernorm_backward(const Tensor& x, const Tensor& gamma, const Tensor& mean, const Tensor& rstd,
+                                   const Tensor& dy, const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta,
+                                   int64_t rows, int64_t cols) {
+  Checker ck{this, "layernorm_backward"};
+  check_dims("layernorm_backward", {rows, cols});
+  if (cols == 0) throw std::invalid_argument("cpu layernorm_backward: cols must be > 0");
+  ck.at_least(x, "x", rows * cols);
+  ck.at_least(dy, "dy", rows * cols);
+  ck.at_least(dx, "dx", rows * cols);
+  ck.at_least(gamma, "gamma", cols);
+  ck.at_least(mean, "mean", rows);
+  ck.at_least(rstd, "rstd", rows);
+  ck.at_least(dgamma, "dgamma", cols);
+  ck.at_least(dbeta, "dbeta", cols);
+  const float* px = ptr(x);
+  const float* pdy = ptr(dy);
+  float* pdx = ptr(dx);
+  const float* __restrict pg = ptr(gamma);
+  const float* __restrict pm = ptr(mean);
+  const float* __restrict pr = ptr(rstd);
+  const int team = team_size(rows, cols * 6);
+  std::vector<float> partial(static_cast<size_t>(team) * 2 * static_cast<size_t>(cols), 0.f);
+  run_chunks(team, rows, [&](int t, int64_t s, int64_t e) {
+    float* __restrict dg = partial.data() + static_cast<int64_t>(t) * 2 * cols;
+    float* __restrict dbt = dg + cols;
+    for (int64_t r = s; r < e; ++r) {
+      const float* in = px + r * cols;
+      const float* d = pdy + r * cols;
+      float* out = pdx + r * cols;
+      const float mu = pm[r], rs = pr[r];
+      float sum_dxhat = 0.f, sum_dxhat_xhat = 0.f;
+      for (int64_t j = 0; j < cols; ++j) {
+        const float xhat = (in[j] - mu) * rs;
+        const float dxhat = d[j] * pg[j];
+        sum_dxhat += dxhat;
+        sum_dxhat_xhat += dxhat * xhat;
+        dg[j] += d[j] * xhat;
+        dbt[j] += d[j];
+      }
+      const float m1 = sum_dxhat / static_cast<float>(cols), m2 = sum_dxhat_xhat / static_cast<float>(cols);
+      for (int64_t j = 0; j < cols; ++j) {
+        const float xhat = (in[j] - mu) * rs;
+        out[j] = rs * (d[j] * pg[j] - m1 - xhat * m2);
+      }
+    }
+  });
+  float* pdg = ptr(dgamma);
+  float* pdb = ptr(dbeta);
+  for (int t = 0; t < team; ++t) {
+    const float* dg = partial.data() + static_cast<int64_t>(t) * 2 * cols;
+    for (int64_t j = 0; j < cols; ++j) {
+      pdg[j] += dg[j];
+      pdb[j] += dg[cols + j];
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// losses
+
+namespace {
+
+// Class index of a float label, or throws naming the row.
+int64_t label_index(const char* op, float label, int64_t row, int64_t classes) {
+  if (!(label >= 0.f) || !(label < static_cast<float>(classes)) || label != std::floor(label))
+    throw std::invalid_argument(std::string("cpu ") + op + ": label " + std::to_string(label) + " in row " +
+                                std::to_string(row) + " is not a class index in [0, " + std::to_string(classes) +
+                                ")");
+  return static_cast<int64_t>(label);
+}
+
+}  // namespace
+
+void CpuDevice::softmax_xent(const Tensor& logits, const Tensor& labels, const Tensor& loss, const Tensor& dlogits,
+                             int64_t rows, int64_t classes, float grad_scale) {
+  Checker ck{this, "softmax_xent"};
+  check_dims("softmax_xent", {rows, classes});
+  if (classes == 0) throw std::invalid_argument("cpu softmax_xent: classes must be > 0");
+  ck.at_least(logits, "logits", rows * classes);
+  ck.at_least(labels, "labels", rows);
+  ck.at_least(loss, "loss", rows);
+  if (dlogits.defined()) ck.at_least(dlogits, "dlogits", rows * classes);
+  const float* pl = ptr(logits);
+  const float* plab = ptr(labels);
+  for (int64_t r = 0; r < rows; ++r) label_index("softmax_xent", plab[r], r, classes);
+  float* ploss = ptr(loss);
+  float* pd = ptr(dlogits);
+  run_chunks(team_size(rows, classes * 8), rows, [&](int, int64_t s, int64_t e) {
+    for (int64_t r = s; r < e; ++r) {
+      const float* z = pl + r * classes;
+      const int64_t label = static_cast<int64_t>(plab[r]);
+      float mx = z[0];
+      for (int64_t j = 1; j < classes; ++j) mx = std::max(mx, z[j]);
+      double sum = 0;
+      for (int64_t j = 0; j < classes; ++j) sum += std::exp(static_cast<double>(z[j] - mx));
+      const double lse = static_cast<double>(mx) + std::log(sum);
+      const float zl = z[label];
+      ploss[r] = static_cast<float>(lse - static_cast<double>(zl));
+      if (pd != nullptr) {
+        float* d = pd + r * classes;
+        const float inv = static_cast<float>(1.0 / sum);
+        for (int64_t j = 0; j < classes; ++j) d[j] = std::exp(z[j] - mx) * inv * grad_scale;
+        d[label] -= grad_scale;
+      }
+    }
+  });
+}
+
+void CpuDevice::mse(const Tensor& pred, const Tensor& target, const Tensor& loss, const Tensor& dpred,
+                    int64_t rows, int64_t cols, float grad_scale) {
+  Checker ck{this, "mse"};
+  check_dims("mse", {rows, cols});
+  ck.at_least(pred, "pred", rows * cols);
+  ck.at_least(target, "target", rows * cols);
+  ck.at_least(loss, "loss", rows);
+  if (dpred.defined()) ck.at_least(dpred, "dpred", rows * cols);
+  const float* pp = ptr(pred);
+  const float* pt = ptr(target);
+  float* pl = ptr(loss);
+  float* pd = ptr(dpred);
+  run_chunks(team_size(rows, cols * 3), rows, [&](int, int64_t s, int64_t e) {
+    for (int64_t r = s; r < e; ++r) {
+      const float* p = pp + r * cols;
+      const float* t = pt + r * cols;
+      float acc = 0.f;
+      for (int64_t j = 0; j < cols; ++j) {
+        const float diff = p[j] - t[j];
+        acc += diff * diff;
+      }
+      if (pd != nullptr) {
+        float* d = pd + r * cols;
+        for (int64_t j = 0; j < cols; ++j) d[j] = 2.f * (p[j] - t[j]) * grad_scale;
+      }
+      pl[r] = acc;
+    }
+  });
+}
+
+void CpuDevice::argmax_match(const Tensor& logits, const Tensor& labels, const Tensor& correct, int64_t rows,
+                             int64_t classes) {
+  Checker ck{this, "argmax_match"};
+  check_dims("argmax_match", {rows, classes});
+  if (classes == 0) throw std::invalid_argument("cpu argmax_match: classes must be > 0");
+  ck.at_least(logits, "logits", rows * classes);
+  ck.at_least(labels, "labels", rows);
+  ck.at_least(correct, "correct", rows);
+  const float* pl = ptr(logits);
+  const float* plab = ptr(labels);
+  float* pc = ptr(correct);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* z = pl + r * classes;
+    int64_t best = 0;
+    for (int64_t j = 1; j < classes; ++j)
+      if (z[j] > z[best]) best = j;
+    pc[r] = static_cast<float>(best) == plab[r] ? 1.f : 0.f;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// optimizers
+
+void CpuDevice::sgd_step(const Tensor& params, const Tensor& grads, const Tensor& momentum_buf, const SgdStep& s) {
+  Checker ck{this, "sgd_step"};
+  ck.on_device(params, "params");
+  const int64_t n = params.numel();
+  ck.same(grads, "grads", n);
+  const bool use_momentum = s.momentum != 0.f;
+  if (use_momentum) ck.same(momentum_buf, "momentum_buf", n);
+  float* __restrict p = ptr(params);
+  const float* __restrict g = ptr(grads);
+  float* __restrict buf = use_momentum ? ptr(momentum_buf) : nullptr;
+  const float lr = s.lr, wd = s.weight_decay, mom = s.momentum, damp = 1.f - s.dampening;
+  const bool first = s.first, nesterov = s.nesterov;
+  run_chunks(team_size(n, 4), n, [&](int, int64_t b, int64_t e) {
+    if (!use_momentum) {
+      for (int64_t i = b; i < e; ++i) p[i] -= lr * (g[i] + wd * p[i]);
+    } else if (first) {
+      for (int64_t i = b; i < e; ++i) {
+        const float d = g[i] + wd * p[i];
+        buf[i] = d;
+        p[i] -= lr * (nesterov ? d + mom * d : d);
+      }
+    } else {
+      for (int64_t i = b; i < e; ++i) {
+        const float d = g[i] + wd * p[i];
+        const float m = mom * buf[i] + damp * d;
+        buf[i] = m;
+        p[i] -= lr * (nesterov ? d + mom * m : m);
+      }
+    }
+  });
+}
+
+void CpuDevice::adam_step(const Tensor& params, const Tensor& grads, const Tensor& m, const Tensor& v,
+                          const AdamStep& s) {
+  Checker ck{this, "adam_step"};
+  ck.on_device(params, "params");
+  const int64_t n = params.numel();
+  ck.same(grads, "grads", n);
+  ck.same(m, "m", n);
+  ck.same(v, "v", n);
+  if (s.step < 1) throw std::invalid_argument("cpu adam_step: step must be >= 1, got " + std::to_string(s.step));
+  float* __restrict p = ptr(params);
+  const float* __restrict g = ptr(grads);
+  float* __restrict pm = ptr(m);
+  float* __restrict pv = ptr(v);
+  const double bc1 = 1.0 - std::pow(static_cast<double>(s.beta1), static_cast<double>(s.step));
+  const double bc2 = 1.0 - std::pow(static_cast<double>(s.beta2), static_cast<double>(s.step));
+  const float step_size = static_cast<float>(static_cast<double>(s.lr) / bc1);
+  const float inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(bc2));
+  const float b1 = s.beta1, b2 = s.beta2, eps = s.eps;
+  const float decay = s.decoupled ? 1.f - s.lr * s.weight_decay : 1.f;
+  const float l2 = s.decoupled ? 0.f : s.weight_decay;
+  run_chunks(team_size(n, 8), n, [&](int, int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      const float pi = p[i] * decay;
+      const float gi = g[i] + l2 * pi;
+      const float mi = b1 * pm[i] + (1.f - b1) * gi;
+      const float vi = b2 * pv[i] + (1.f - b2) * gi * gi;
+      pm[i] = mi;
+      pv[i] = vi;
+      p[i] = pi - step_size * mi / (std::sqrt(vi) * inv_sqrt_bc2 + eps);
+    }
+  });
+}
+
+float CpuDevice::sum_squares(const Tensor& t) {
+  Checker{this, "sum_squares"}.on_device(t, "tensor");
+  const float* p = ptr(t);
+  const int64_t n = t.numel();
+  const int team = team_size(n, 1);
+  std::vector<double> partial(static_cast<size_t>(team), 0.0);
+  run_chunks(team, n, [&](int tid, int64_t b, int64_t e) {
+    double total = 0;
+    constexpr int64_t kBlock = 4096;
+    for (int64_t s = b; s < e; s += kBlock) {
+      const int64_t stop = std::min(e, s + kBlock);
+      float acc = 0.f;
+#pragma omp simd reduction(+ : acc)
+      for (int64_t i = s; i < stop; ++i) acc += p[i] * p[i];
+      total += acc;
+    }
+    partial[static_cast<size_t>(tid)] = total;
+  });
+  double total = 0;
+  for (double x : partial) total += x;
+  return static_cast<float>(total);
+}
+
+std::unique_ptr<Device> make_cpu_device(const DeviceOptions& opts) { return std::make_unique<CpuDevice>(opts); }
+
+}  // namespace cleave

@@ -1,0 +1,139 @@
+// device.cpp: backend names, the backend registry behind open_device, and parse_bytes.
+#include "device/device.h"
+
+#include <cctype>
+#include <cmath>
+#include <limits>
+
+#include "device/backends.h"
+
+namespace cleave {
+
+const char* backend_name(Backend b) {
+  switch (b) {
+    case Backend::cpu: return "cpu";
+    case Backend::opencl: return "opencl";
+    case Backend::cuda: return "cuda";
+  }
+  return "unknown";
+}
+
+std::vector<Backend> compiled_backends() {
+  std::vector<Backend> out;
+#if CLEAVE_HAVE_CUDA
+  out.push_back(Backend::cuda);
+#endif
+#if CLEAVE_HAVE_OPENCL
+  out.push_back(Backend::opencl);
+#endif
+  out.push_back(Backend::cpu);
+  return out;
+}
+
+namespace {
+
+std::string compiled_list() {
+  std::string s;
+  for (Backend b : compiled_backends()) {
+    if (!s.empty()) s += ", ";
+    s += backend_name(b);
+  }
+  return s;
+}
+
+std::string lower(std::string s) {
+  for (char& ch : s) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  return s;
+}
+
+}  // namespace
+
+std::unique_ptr<Device> open_device(const std::string& name, const DeviceOptions& opts) {
+  const std::string n = lower(name);
+  if (n == "cpu") return make_cpu_device(opts);
+  if (n == "opencl") {
+#if CLEAVE_HAVE_OPENCL
+    return make_opencl_device(opts, false);
+#else
+    throw std::runtime_error("device 'opencl' is not compiled into this build (available: auto, " +
+                             compiled_list() + ")");
+#endif
+  }
+  if (n == "cuda") {
+#if CLEAVE_HAVE_CUDA
+    return make_cuda_device(opts);
+#else
+    throw std::runtime_error("device 'cuda' is not compiled into this build (available: auto, " +
+                             compiled_list() + ")");
+#endif
+  }
+  if (n == "auto") {
+#if CLEAVE_HAVE_CUDA
+    try {
+      return make_cuda_device(opts);
+    } catch (const std::exception&) {
+      // no usable CUDA GPU: fall through
+    }
+#endif
+#if CLEAVE_HAVE_OPENCL
+    try {
+      return make_opencl_device(opts, true);
+    } catch (const std::exception&) {
+      // no OpenCL GPU: fall through
+    }
+#endif
+    return make_cpu_device(opts);
+  }
+  throw std::runtime_error("unknown device '" + name + "' (this build has: auto, " + compiled_list() + ")");
+}
+
+size_t parse_bytes(const std::string& text) {
+  const auto bad = [&](const std::string& why) {
+    return std::invalid_argument("cannot parse byte size '" + text + "': " + why +
+                                 " (examples: 1024, 64K, 512M, 1.5G, 2GiB)");
+  };
+  size_t i = 0;
+  while (i < text.size() && std::isspace(static_cast<unsigned char>(text[i]))) ++i;
+  const size_t num_start = i;
+  bool seen_digit = false, seen_dot = false;
+  while (i < text.size()) {
+    const char ch = text[i];
+    if (std::isdigit(static_cast<unsigned char>(ch))) {
+      seen_digit = true;
+    } else if (ch == '.' && !seen_dot) {
+      seen_dot = true;
+    } else {
+      break;
+    }
+    ++i;
+  }
+  if (!seen_digit) throw bad("expected a non-negative number");
+  const std::string number = text.substr(num_start, i - num_start);
+  while (i < text.size() && std::isspace(static_cast<unsigned char>(text[i]))) ++i;
+  std::string unit = lower(text.substr(i));
+  while (!unit.empty() && std::isspace(static_cast<unsigned char>(unit.back()))) unit.pop_back();
+
+  double mult = 1;
+  if (unit.empty() || unit == "b") {
+    mult = 1;
+  } else {
+    const char p = unit[0];
+    const std::string rest = unit.substr(1);
+    if (rest != "" && rest != "b" && rest != "ib") throw bad("unknown unit '" + text.substr(i) + "'");
+    switch (p) {
+      case 'k': mult = 1024.0; break;
+      case 'm': mult = 1024.0 * 1024; break;
+      case 'g': mult = 1024.0 * 1024 * 1024; break;
+      case 't': mult = 1024.0 * 1024 * 1024 * 1024; break;
+      default: throw bad("unknown unit '" + text.substr(i) + "'");
+    }
+  }
+  const double value = std::stod(number) * mult;
+  if (!std::isfinite(value) || value >= static_cast<double>(std::numeric_limits<size_t>::max()))
+    throw bad("value too large");
+  const double rounded = std::floor(value);
+  if (seen_dot && mult == 1 && rounded != value) throw bad("fractional number of bytes");
+  return static_cast<size_t>(rounded);
+}
+
+}  // namespace cleave

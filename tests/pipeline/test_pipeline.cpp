@@ -1,0 +1,234 @@
+// test_pipeline.cpp: schedules as data, and the stage executor running every
+// stage of a pipeline in one process (threads + queues) against one-process
+// training of the same model: the same losses and the same weights.
+#include <catch2/catch.hpp>
+
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "core/model/model_spec.h"
+#include "core/nn/loss.h"
+#include "core/pipeline/schedule.h"
+#include "core/pipeline/stage.h"
+#include "core/pipeline/trace.h"
+#include "core/runtime/coordinator.h"
+#include "core/train/train_config.h"
+#include "core/util/rng.h"
+
+using namespace cleave;
+
+TEST_CASE("gpipe: all forwards then all backwards, one optimizer step", "[pipeline]") {
+  auto a = make_schedule(ScheduleKind::gpipe, 1, 3, 2);
+  std::vector<Action> want = {
+      {ActionKind::receive_activation, 0}, {ActionKind::forward, 0}, {ActionKind::send_activation, 0},
+      {ActionKind::receive_activation, 1}, {ActionKind::forward, 1}, {ActionKind::send_activation, 1},
+      {ActionKind::receive_gradient, 0},   {ActionKind::backward, 0}, {ActionKind::send_gradient, 0},
+      {ActionKind::receive_gradient, 1},   {ActionKind::backward, 1}, {ActionKind::send_gradient, 1},
+      {ActionKind::optimizer_step, -1}};
+  CHECK(a == want);
+}
+
+TEST_CASE("1f1b: warm-up forwards, alternation, drain; bounded in-flight", "[pipeline]") {
+  for (int p : {1, 2, 3, 4})
+    for (int m : {1, 2, 3, 5, 8})
+      for (int s = 0; s < p; ++s) {
+        auto acts = make_schedule(ScheduleKind::one_f_one_b, s, p, m);
+        int fwd = 0, bwd = 0, in_flight = 0, peak = 0, opt = 0;
+        int next_f = 0, next_b = 0;
+        for (const auto& a : acts) {
+          if (a.kind == ActionKind::forward) {
+            CHECK(a.microbatch == next_f++);
+            ++fwd;
+            peak = std::max(peak, ++in_flight);
+          } else if (a.kind == ActionKind::backward) {
+            CHECK(a.microbatch == next_b++);
+            ++bwd;
+            --in_flight;
+            CHECK(in_flight >= 0);
+          } else if (a.kind == ActionKind::optimizer_step) {
+            ++opt;
+          }
+        }
+        CHECK(fwd == m);
+        CHECK(bwd == m);
+        CHECK(opt == 1);
+        CHECK(acts.back().kind == ActionKind::optimizer_step);
+        CHECK(peak <= max_in_flight(ScheduleKind::one_f_one_b, s, p, m));
+        CHECK(peak == std::min(p - s, m));
+      }
+  CHECK_THROWS_AS(make_schedule(ScheduleKind::gpipe, 3, 3, 1), std::invalid_argument);
+  CHECK(parse_schedule("1f1b") == ScheduleKind::one_f_one_b);
+  CHECK_THROWS_WITH(parse_schedule("zero-bubble"), Catch::Contains("gpipe or 1f1b"));
+}
+
+TEST_CASE("balance_ranges minimises the largest stage", "[pipeline]") {
+  auto b = balance_ranges({1, 1, 1, 1, 8, 1, 1}, 3);
+  REQUIRE(b.size() == 4);
+  CHECK(b.front() == 0);
+  CHECK(b.back() == 7);
+  double worst = 0;
+  std::vector<double> c = {1, 1, 1, 1, 8, 1, 1};
+  for (int s = 0; s < 3; ++s) {
+    double sum = 0;
+    for (int i = b[s]; i < b[s + 1]; ++i) sum += c[i];
+    worst = std::max(worst, sum);
+    CHECK(b[s + 1] > b[s]);
+  }
+  CHECK(worst == 8);
+  CHECK_THROWS_WITH(balance_ranges({1, 2}, 3), Catch::Contains("at most 2 devices"));
+}
+
+namespace {
+
+// A blocking queue of tensors keyed by (step, micro-batch).
+class Mailbox {
+ public:
+  void put(int64_t step, int mb, Tensor t) {
+    std::lock_guard<std::mutex> lock(mu_);
+    items_[{step, mb}] = std::move(t);
+    cv_.notify_all();
+  }
+  Tensor take(int64_t step, int mb) {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return items_.count({step, mb}) > 0; });
+    Tensor t = items_[{step, mb}];
+    items_.erase({step, mb});
+    return t;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<std::pair<int64_t, int>, Tensor> items_;
+};
+
+struct Wires {
+  std::vector<Mailbox> acts, grads;  // acts[s]: into stage s; grads[s]: into stage s from s+1
+  Mailbox inputs, targets;
+  explicit Wires(int p) : acts(p), grads(p) {}
+};
+
+class QueueIO : public StageIO {
+ public:
+  QueueIO(Wires& w, int s, int p) : w_(w), s_(s), p_(p) {}
+  Tensor receive_input(int64_t step, int mb) override { return s_ == 0 ? w_.inputs.take(step, mb) : w_.acts[s_].take(step, mb); }
+  Tensor receive_targets(int64_t step, int mb) override { return w_.targets.take(step, mb); }
+  void send_output(int64_t step, int mb, const Tensor& y) override { w_.acts[s_ + 1].put(step, mb, y); }
+  Tensor receive_output_grad(int64_t step, int mb) override { return w_.grads[s_].take(step, mb); }
+  void send_input_grad(int64_t step, int mb, const Tensor& dx) override { w_.grads[s_ - 1].put(step, mb, dx); }
+
+ private:
+  Wires& w_;
+  int s_, p_;
+};
+
+std::vector<float> random_vector(size_t n, uint64_t seed, float scale = 1.f) {
+  Rng rng(seed);
+  std::vector<float> v(n);
+  for (auto& x : v) x = rng.uniform(-scale, scale);
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE("pipelined stages reproduce one-process training step for step", "[pipeline]") {
+  const char* text = R"({"name": "tiny", "input": [1, 8, 8], "loss": "cross_entropy", "layers": [
+    {"type": "conv2d", "out_channels": 4, "kernel": 3, "padding": 1}, {"type": "relu"},
+    {"type": "maxpool2d", "kernel": 2}, {"type": "flatten"}, {"type": "linear", "out_features": 16},
+    {"type": "dropout", "p": 0.25}, {"type": "tanh"}, {"type": "linear", "out_features": 5}]})";
+  ModelSpec spec = ModelSpec::parse(nlohmann::json::parse(text), "tiny");
+  DeviceOptions dopts;
+  dopts.threads = 1;
+  auto dev = open_device("cpu", dopts);
+  OptimizerConfig ocfg;
+  ocfg.kind = "adam";
+  ocfg.lr = 0.01f;
+  const int64_t batch = 10, steps = 3;
+  const uint64_t seed = 7;
+
+  for (ScheduleKind kind : {ScheduleKind::gpipe, ScheduleKind::one_f_one_b}) {
+    for (int m : {1, 3}) {
+      DYNAMIC_SECTION(schedule_name(kind) << " with " << m << " micro-batches") {
+        // Reference: one partition, same micro-batches.
+        Stage ref(*dev, spec, 0, spec.num_layers(), 0, 1, ocfg);
+        ref.partition().init(seed);
+        std::vector<double> ref_losses;
+        std::vector<std::vector<float>> xs, ys;
+        for (int64_t step = 0; step < steps; ++step) {
+          xs.push_back(random_vector(batch * 64, 100 + step));
+          std::vector<float> y(batch);
+          for (int64_t i = 0; i < batch; ++i) y[i] = static_cast<float>((i * 7 + step) % 5);
+          ys.push_back(y);
+        }
+        auto feed = [&](Wires& w, int64_t step) {
+          for (int mb = 0; mb < m; ++mb) {
+            int64_t lo = microbatch_offset(batch, m, mb), hi = microbatch_offset(batch, m, mb + 1);
+            Tensor x(*dev, {hi - lo, 1, 8, 8});
+            x.from_host(xs[step].data() + lo * 64);
+            Tensor t(*dev, {hi - lo});
+            t.from_host(ys[step].data() + lo);
+            w.inputs.put(step, mb, x);
+            w.targets.put(step, mb, t);
+          }
+        };
+        for (int64_t step = 0; step < steps; ++step) {
+          Wires w(1);
+          feed(w, step);
+          QueueIO io(w, 0, 1);
+          auto acts = make_schedule(kind, 0, 1, m);
+          ref_losses.push_back(ref.run(acts, io, step, batch, seed).loss_sum / batch);
+        }
+
+        // Three stages on three threads.
+        const int p = 3;
+        std::vector<int> bounds = {0, 3, 6, spec.num_layers()};
+        std::vector<std::unique_ptr<Stage>> stages;
+        for (int s = 0; s < p; ++s) {
+          stages.push_back(std::make_unique<Stage>(*dev, spec, bounds[s], bounds[s + 1], s, p, ocfg));
+          stages.back()->partition().init(seed);
+        }
+        std::vector<double> losses;
+        StageTracer tracer(0);
+        for (int64_t step = 0; step < steps; ++step) {
+          Wires w(p);
+          feed(w, step);
+          std::vector<StepMetrics> metrics(p);
+          std::vector<std::thread> threads;
+          for (int s = 0; s < p; ++s)
+            threads.emplace_back([&, s] {
+              QueueIO io(w, s, p);
+              metrics[s] = stages[s]->run(make_schedule(kind, s, p, m), io, step, batch, seed, s == 1 ? &tracer : nullptr);
+            });
+          for (auto& t : threads) t.join();
+          losses.push_back(metrics[p - 1].loss_sum / batch);
+          CHECK(metrics[p - 1].samples == batch);
+        }
+        for (int64_t step = 0; step < steps; ++step) CHECK(losses[step] == Approx(ref_losses[step]).epsilon(1e-5));
+        // Weights after training agree too.
+        std::vector<float> whole = ref.partition().params().to_host(), joined;
+        for (auto& s : stages) {
+          auto part = s->partition().params().to_host();
+          joined.insert(joined.end(), part.begin(), part.end());
+        }
+        REQUIRE(joined.size() == whole.size());
+        for (size_t i = 0; i < whole.size(); ++i) REQUIRE(joined[i] == Approx(whole[i]).margin(1e-5));
+        CHECK(!tracer.events().empty());
+      }
+    }
+  }
+}
+
+TEST_CASE("chrome trace has one named track per stage and idle gaps", "[pipeline]") {
+  std::vector<TraceEvent> ev = {{"forward", 0, 0, 0, 0, 10}, {"backward", 0, 0, 0, 50, 10}, {"forward", 1, 0, 0, 12, 5}};
+  auto j = chrome_trace(ev, {"stage 0 (a)", "stage 1 (b)"});
+  int idle = 0, meta = 0;
+  for (const auto& e : j["traceEvents"]) {
+    if (e["ph"] == "M") ++meta;
+    if (e["name"] == "idle") ++idle;
+  }
+  CHECK(meta == 2);
+  CHECK(idle == 1);
+}

@@ -1,0 +1,136 @@
+// test_devices_file.cpp: parsing, errors and round trip of the devices file.
+#include <catch2/catch.hpp>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "core/planner/devices_file.h"
+
+using namespace cleave;
+using nlohmann::json;
+
+namespace {
+
+const char* kExample = R"({
+  "devices": [{"name": "jetson", "memory": "4G", "gflops": 400},
+              {"name": "pi", "memory": 536870912, "gflops": 12},
+              {"name": "laptop", "memory": "1.5GiB", "gflops": 150}],
+  "links": [{"from": "jetson", "to": "pi", "mbps": 100, "latency_ms": 2},
+            {"from": "pi", "to": "laptop", "mbps": 20, "latency_ms": 5},
+            {"from": "laptop", "to": "pi", "mbps": 40, "latency_ms": 1, "encoding": "f16"}],
+  "default_link": {"mbps": 1000, "latency_ms": 0.5}
+})";
+
+std::string parse_error(const std::string& text) {
+  try {
+    parse_cluster(json::parse(text), "devs.json");
+  } catch (const std::runtime_error& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+}  // namespace
+
+TEST_CASE("the issue's devices file parses", "[planner][devices_file]") {
+  const Cluster c = parse_cluster(json::parse(kExample), "devs.json");
+  REQUIRE(c.num_devices() == 3);
+  CHECK(c.devices[0].name == "jetson");
+  CHECK(c.devices[0].memory_bytes == int64_t{4} << 30);
+  CHECK(c.devices[1].memory_bytes == 536870912);
+  CHECK(c.devices[2].memory_bytes == int64_t{3} << 29);
+  CHECK(c.devices[0].gflops == 400);
+  CHECK(c.default_link.mbps == 1000);
+  CHECK(c.default_link.latency_ms == 0.5);
+  // jetson -> pi given: applies both ways.
+  CHECK(c.link(0, 1).mbps == 100);
+  CHECK(c.link(1, 0).mbps == 100);
+  // pi -> laptop and laptop -> pi both given: each keeps its own.
+  CHECK(c.link(1, 2).mbps == 20);
+  CHECK(c.link(2, 1).mbps == 40);
+  CHECK(c.link(2, 1).encoding == Encoding::f16);
+  CHECK_FALSE(c.link(1, 2).encoding.has_value());
+  // Not given: the default.
+  CHECK(c.link(0, 2).mbps == 1000);
+}
+
+TEST_CASE("memory sizes", "[planner][devices_file]") {
+  CHECK(parse_memory_size(json(123)) == 123);
+  CHECK(parse_memory_size(json("512")) == 512);
+  CHECK(parse_memory_size(json("4K")) == 4096);
+  CHECK(parse_memory_size(json("512M")) == int64_t{512} << 20);
+  CHECK(parse_memory_size(json("512MB")) == int64_t{512} << 20);
+  CHECK(parse_memory_size(json("512MiB")) == int64_t{512} << 20);
+  CHECK(parse_memory_size(json("2g")) == int64_t{2} << 30);
+  CHECK(parse_memory_size(json("1T")) == int64_t{1} << 40);
+  CHECK(parse_memory_size(json("0.5G")) == int64_t{1} << 29);
+  CHECK_THROWS_AS(parse_memory_size(json("4X")), std::invalid_argument);
+  CHECK_THROWS_AS(parse_memory_size(json("G")), std::invalid_argument);
+  CHECK_THROWS_AS(parse_memory_size(json("-4G")), std::invalid_argument);
+  CHECK_THROWS_AS(parse_memory_size(json(-5)), std::invalid_argument);
+  CHECK_THROWS_AS(parse_memory_size(json(1.5)), std::invalid_argument);
+  CHECK_THROWS_AS(parse_memory_size(json::array()), std::invalid_argument);
+}
+
+TEST_CASE("devices file errors name the file and the entry", "[planner][devices_file]") {
+  CHECK_THAT(parse_error(R"([1])"), Catch::StartsWith("devs.json: "));
+  CHECK_THAT(parse_error(R"({"devices": []})"), Catch::Contains("non-empty array"));
+  CHECK_THAT(parse_error(R"({"devices": [{"memory": "1G", "gflops": 1}]})"),
+             Catch::Contains("devices[0]: missing or empty \"name\""));
+  CHECK_THAT(parse_error(R"({"devices": [{"name": "a", "gflops": 1}]})"),
+             Catch::Contains("devices[0] ('a'): missing field 'memory'"));
+  CHECK_THAT(parse_error(R"({"devices": [{"name": "a", "memory": "4X", "gflops": 1}]})"),
+             Catch::Contains("devices[0] ('a'): memory: unknown size suffix"));
+  CHECK_THAT(parse_error(R"({"devices": [{"name": "a", "memory": "1G", "gflops": 0}]})"),
+             Catch::Contains("devices[0] ('a'): gflops"));
+  CHECK_THAT(parse_error(R"({"devices": [{"name": "a", "memory": "1G"}]})"),
+             Catch::Contains("missing field 'gflops'"));
+  CHECK_THAT(parse_error(R"({"devices": [{"name": "a", "memory": "1G", "gflops": 1},
+                                         {"name": "a", "memory": "1G", "gflops": 1}]})"),
+             Catch::Contains("devices[1] ('a'): duplicate device name"));
+  CHECK_THAT(parse_error(R"({"devices": [{"name": "a", "memory": "1G", "gflop": 1}]})"),
+             Catch::Contains("unknown field 'gflop'"));
+  CHECK_THAT(parse_error(R"({"devices": [{"name": "a", "memory": "1G", "gflops": 1}],
+                             "links": [{"from": "a", "to": "b", "mbps": 10}]})"),
+             Catch::Contains("links[0]: to: no device named 'b'"));
+  CHECK_THAT(parse_error(R"({"devices": [{"name": "a", "memory": "1G", "gflops": 1},
+                                         {"name": "b", "memory": "1G", "gflops": 1}],
+                             "links": [{"from": "a", "to": "b", "mbps": -10}]})"),
+             Catch::Contains("links[0] (a -> b): mbps"));
+  CHECK_THAT(parse_error(R"({"devices": [{"name": "a", "memory": "1G", "gflops": 1},
+                                         {"name": "b", "memory": "1G", "gflops": 1}],
+                             "links": [{"from": "a", "to": "b", "mbps": 10}, {"from": "a", "to": "b", "mbps": 5}]})"),
+             Catch::Contains("links[1] (a -> b): this link is given twice"));
+  CHECK_THAT(parse_error(R"({"devices": [{"name": "a", "memory": "1G", "gflops": 1}],
+                             "default_link": {"mbps": 10, "latency_ms": "x"}})"),
+             Catch::Contains("default_link: latency_ms: expected a number"));
+  CHECK_THAT(parse_error(R"({"devices": [{"name": "a", "memory": "1G", "gflops": 1, "layer_seconds": [0.1, -1]}]})"),
+             Catch::Contains("layer_seconds[1]"));
+}
+
+TEST_CASE("devices file round-trips through the writer", "[planner][devices_file]") {
+  Cluster c = parse_cluster(json::parse(kExample), "devs.json");
+  c.devices[1].layer_seconds_per_sample = std::vector<double>{1e-4, 2e-4};
+  const std::string path = (std::filesystem::temp_directory_path() / "cleave_test_devices.json").string();
+  write_devices_file(path, c);
+  const Cluster back = load_cluster(path);
+  std::remove(path.c_str());
+  REQUIRE(back.num_devices() == 3);
+  for (int k = 0; k < 3; ++k) {
+    CHECK(back.devices[k].name == c.devices[k].name);
+    CHECK(back.devices[k].memory_bytes == c.devices[k].memory_bytes);
+    CHECK(back.devices[k].gflops == c.devices[k].gflops);
+    for (int j = 0; j < 3; ++j) {
+      if (j == k) continue;
+      CHECK(back.link(k, j).mbps == c.link(k, j).mbps);
+      CHECK(back.link(k, j).latency_ms == c.link(k, j).latency_ms);
+      CHECK(back.link(k, j).encoding == c.link(k, j).encoding);
+    }
+  }
+  CHECK(back.devices[1].layer_seconds_per_sample == c.devices[1].layer_seconds_per_sample);
+}
+
+TEST_CASE("a missing devices file is a clear error", "[planner][devices_file]") {
+  CHECK_THROWS_WITH(load_cluster("/nonexistent/devs.json"), Catch::StartsWith("/nonexistent/devs.json: cannot open"));
+}

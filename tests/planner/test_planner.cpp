@@ -1,0 +1,260 @@
+// test_planner.cpp: the planner against brute force, memory limits, what gets
+// less work, infeasible problems and the report.
+#include <catch2/catch.hpp>
+
+#include <random>
+
+#include "core/planner/plan_report.h"
+#include "core/planner/planner.h"
+#include "planner/random_problem.h"
+
+using namespace cleave;
+
+namespace {
+
+// Checks the plan is well formed and fits memory; returns its bottleneck.
+void check_plan_consistent(const Plan& plan, const CostModel& cost) {
+  REQUIRE_FALSE(plan.stages.empty());
+  std::vector<int> devices, cuts{0};
+  for (const StagePlan& st : plan.stages) {
+    devices.push_back(st.device);
+    cuts.push_back(st.end);
+    CHECK(st.memory_bytes <= st.memory_available);
+    CHECK(st.memory_available == cost.device_memory(st.device));
+  }
+  REQUIRE(cuts.back() == cost.num_layers());
+  const Plan again = evaluate_plan(cost, devices, cuts);  // throws if malformed
+  CHECK(again.bottleneck_seconds == plan.bottleneck_seconds);
+  const int p = static_cast<int>(plan.stages.size());
+  const double m = plan.options.microbatches;
+  CHECK(plan.batch_seconds == Approx((m + p - 1) / m * plan.bottleneck_seconds));
+  bool marked = false;
+  for (const StagePlan& st : plan.stages) marked |= st.bottleneck;
+  CHECK(marked);
+  CHECK(static_cast<int>(plan.stages.size() + plan.unused_devices.size()) == cost.num_devices());
+}
+
+void check_against_brute_force(int instances, int max_layers, int max_devices, uint64_t seed, bool check_coverage) {
+  std::mt19937_64 rng(seed);
+  int feasible = 0, infeasible = 0, multi_stage = 0, left_unused = 0;
+  for (int it = 0; it < instances; ++it) {
+    const test::Problem pr = test::random_problem(rng, max_layers, max_devices);
+    const CostModel cost(pr.model, pr.cluster, pr.options);
+    const test::BruteResult ref = test::brute_force(cost);
+    INFO("instance " << it << ": " << pr.model.num_layers() << " layers x " << pr.cluster.num_devices()
+                     << " devices, " << schedule_name(pr.options.schedule) << ", M=" << pr.options.microbatches
+                     << ", B=" << pr.options.batch << ", max_stages=" << pr.options.max_stages);
+    if (!ref.feasible) {
+      CHECK_THROWS_AS(plan(pr.model, pr.cluster, pr.options), PlanError);
+      ++infeasible;
+      continue;
+    }
+    const Plan got = plan(pr.model, pr.cluster, pr.options);
+    check_plan_consistent(got, cost);
+    CHECK(got.bottleneck_seconds == ref.bottleneck);
+    CHECK(static_cast<int>(got.stages.size()) == ref.stages);
+    ++feasible;
+    multi_stage += got.stages.size() > 1;
+    left_unused += !got.unused_devices.empty() && got.stages.size() > 1;
+  }
+  // The generator must exercise every branch, or this test proves little.
+  if (!check_coverage) return;
+  CHECK(feasible > instances / 4);
+  CHECK(infeasible > 0);
+  CHECK(multi_stage > instances / 10);
+  CHECK(left_unused > 0);
+}
+
+// n equal linear layers, each with `params` parameters, 1 MFLOP forward, 4 KiB activations.
+ModelProfile uniform_model(int n, int64_t params = 1000) {
+  ModelProfile m;
+  m.name = "uniform";
+  m.optimizer = "sgd";
+  m.input_bytes_per_sample = 4096;
+  for (int i = 0; i < n; ++i) {
+    LayerProfile l;
+    l.type = "linear";
+    l.fwd_flops = 1'000'000;
+    l.bwd_flops = 2'000'000;
+    l.param_count = params;
+    l.param_bytes = l.grad_bytes = 4 * params;
+    l.out_act_bytes = 4096;
+    l.stash_bytes = 4096;
+    m.layers.push_back(l);
+  }
+  return m;
+}
+
+Cluster equal_devices(int d, int64_t memory = int64_t{1} << 30) {
+  Cluster c;
+  for (int k = 0; k < d; ++k) c.devices.push_back({"d" + std::to_string(k), memory, 10, std::nullopt});
+  c.default_link = {1000, 0.1, std::nullopt};
+  return c;
+}
+
+int layers_on(const Plan& p, const std::string& device) {
+  for (const StagePlan& st : p.stages)
+    if (st.device_name == device) return st.end - st.begin;
+  return 0;
+}
+
+}  // namespace
+
+TEST_CASE("planner equals brute force on random instances up to 8 layers x 4 devices", "[planner]") {
+  check_against_brute_force(600, 8, 4, 20240601, true);
+}
+
+TEST_CASE("planner equals brute force on random instances up to 10 layers x 5 devices", "[planner]") {
+  check_against_brute_force(60, 10, 5, 777, false);
+}
+
+TEST_CASE("equal devices share equal layers evenly", "[planner]") {
+  const ModelProfile m = uniform_model(12);
+  const Plan p = plan(m, equal_devices(3), PlanOptions{});
+  REQUIRE(p.stages.size() == 3);
+  for (const StagePlan& st : p.stages) CHECK(st.end - st.begin == 4);
+}
+
+TEST_CASE("a device behind a slow link gets less work", "[planner]") {
+  const ModelProfile m = uniform_model(12);
+  Cluster c = equal_devices(3);
+  // Every link touching d2 is 100x slower than the default.
+  for (int k = 0; k < 2; ++k) {
+    c.set_link(2, k, {10, 5, std::nullopt});
+    c.set_link(k, 2, {10, 5, std::nullopt});
+  }
+  const Plan p = plan(m, c, PlanOptions{});
+  CHECK(layers_on(p, "d2") < 4);
+  CHECK(layers_on(p, "d0") + layers_on(p, "d1") + layers_on(p, "d2") == 12);
+}
+
+TEST_CASE("a device with little memory gets less work", "[planner]") {
+  const ModelProfile m = uniform_model(12, 100000);  // 400 KB of weights per layer, 800 KB with grads
+  Cluster c = equal_devices(3);
+  const CostModel probe(m, c, PlanOptions{});
+  // d1 holds at most two layers with their activations (as the middle stage: 2 in flight).
+  c.devices[1].memory_bytes = probe.memory_bytes(0, 2, 4);
+  const Plan p = plan(m, c, PlanOptions{});
+  CHECK(layers_on(p, "d1") <= 2);
+  CHECK(layers_on(p, "d1") < 4);
+  for (const StagePlan& st : p.stages) CHECK(st.memory_bytes <= st.memory_available);
+}
+
+TEST_CASE("a slow device is left unused when it would be the bottleneck", "[planner]") {
+  const ModelProfile m = uniform_model(4);
+  Cluster c = equal_devices(3);
+  c.devices[2].gflops = 0.01;  // one layer on it takes longer than the whole model elsewhere
+  const Plan p = plan(m, c, PlanOptions{});
+  REQUIRE(p.unused_devices.size() == 1);
+  CHECK(p.unused_devices[0] == "d2");
+}
+
+TEST_CASE("GPipe keeps M micro-batches in flight, 1F1B at most p - stage", "[planner]") {
+  const ModelProfile m = uniform_model(8);
+  PlanOptions o;
+  o.microbatches = 8;
+  o.batch = 64;
+  o.schedule = Schedule::gpipe;
+  const Plan g = plan(m, equal_devices(4), o);
+  for (const StagePlan& st : g.stages) CHECK(st.in_flight == 8);
+  o.schedule = Schedule::one_f_one_b;
+  const Plan f = plan(m, equal_devices(4), o);
+  REQUIRE(f.stages.size() == 4);
+  for (size_t s = 0; s < f.stages.size(); ++s) CHECK(f.stages[s].in_flight == static_cast<int>(4 - s));
+}
+
+TEST_CASE("a layer that fits nowhere is named with the memory it needs", "[planner]") {
+  ModelProfile m = uniform_model(5);
+  m.layers[3].param_count = 1'000'000;
+  m.layers[3].param_bytes = m.layers[3].grad_bytes = 4'000'000;
+  m.layers[3].optimizer_state_bytes = 8'000'000;
+  Cluster c = equal_devices(2, 8 << 20);
+  c.devices[1].name = "big";
+  c.devices[1].memory_bytes = 10 << 20;
+  try {
+    plan(m, c, PlanOptions{});
+    FAIL("expected PlanError");
+  } catch (const PlanError& e) {
+    const std::string msg = e.what();
+    INFO(msg);
+    CHECK(msg.find("layer 3 (linear)") != std::string::npos);
+    CHECK(msg.find("fits on no device") != std::string::npos);
+    CHECK(msg.find("15.3 MiB of weights + gradients + optimizer state") != std::string::npos);
+    CHECK(msg.find("'big', has 10.0 MiB") != std::string::npos);
+    CHECK(msg.find("--batch") != std::string::npos);
+  }
+}
+
+TEST_CASE("a model too large for all devices together says so", "[planner]") {
+  const ModelProfile m = uniform_model(8, 100000);  // 800 KB per layer with grads
+  const Cluster c = equal_devices(3, 2'000'000);    // each fits one layer, not eight
+  try {
+    plan(m, c, PlanOptions{});
+    FAIL("expected PlanError");
+  } catch (const PlanError& e) {
+    const std::string msg = e.what();
+    INFO(msg);
+    CHECK(msg.find("all 3 devices together") != std::string::npos);
+  }
+}
+
+TEST_CASE("invalid planning inputs are rejected with a message", "[planner]") {
+  const ModelProfile m = uniform_model(3);
+  PlanOptions o;
+  o.microbatches = 0;
+  CHECK_THROWS_WITH(plan(m, equal_devices(2), o), Catch::Contains("--microbatches"));
+  o.microbatches = 8;
+  o.batch = 4;
+  CHECK_THROWS_WITH(plan(m, equal_devices(2), o), Catch::Contains("--batch"));
+  Cluster c = equal_devices(2);
+  c.devices[0].layer_seconds_per_sample = std::vector<double>{1e-3, 1e-3};
+  CHECK_THROWS_WITH(plan(m, c, PlanOptions{}), Catch::Contains("2 measured layer times for a model of 3 layers"));
+  c = equal_devices(2);
+  c.devices[1].gflops = 0;
+  CHECK_THROWS_WITH(plan(m, c, PlanOptions{}), Catch::Contains("gflops"));
+  CHECK_THROWS_AS(plan(ModelProfile{}, equal_devices(2), PlanOptions{}), PlanError);
+  CHECK_THROWS_AS(plan(m, Cluster{}, PlanOptions{}), PlanError);
+  CHECK_THROWS_AS(plan(m, equal_devices(kMaxPlannerDevices + 1), PlanOptions{}), PlanError);
+}
+
+TEST_CASE("max_stages limits the pipeline depth", "[planner]") {
+  PlanOptions o;
+  o.max_stages = 2;
+  const Plan p = plan(uniform_model(12), equal_devices(4), o);
+  CHECK(p.stages.size() == 2);
+  CHECK(p.unused_devices.size() == 2);
+}
+
+TEST_CASE("plan JSON holds the per-layer profile and per-stage details", "[planner]") {
+  const ModelProfile m = uniform_model(6);
+  const Plan p = plan(m, equal_devices(2), PlanOptions{});
+  const nlohmann::json j = to_json(p, m);
+  for (const char* key : {"schedule", "microbatches", "batch", "microbatch_size", "encoding", "num_stages", "stages",
+                          "unused_devices", "bottleneck_seconds", "predicted_batch_seconds",
+                          "predicted_samples_per_second", "layers", "input_bytes_per_sample"})
+    CHECK(j.contains(key));
+  REQUIRE(j["layers"].size() == 6);
+  for (const char* key : {"index", "type", "fwd_flops", "bwd_flops", "params", "param_bytes", "grad_bytes",
+                          "optimizer_state_bytes", "out_act_bytes", "stash_bytes"})
+    CHECK(j["layers"][0].contains(key));
+  REQUIRE(j["stages"].size() == p.stages.size());
+  for (const char* key : {"stage", "device", "layers", "params", "in_flight", "memory_bytes", "memory_available",
+                          "compute_seconds", "transfer_seconds", "bottleneck"})
+    CHECK(j["stages"][0].contains(key));
+  CHECK(j["stages"][0]["layers"] == nlohmann::json::array({0, 3}));
+
+  const std::string table = format_plan_table(p, m);
+  INFO(table);
+  CHECK(table.find("stage") != std::string::npos);
+  CHECK(table.find("memory used / available") != std::string::npos);
+  CHECK(table.find("<- bottleneck") != std::string::npos);
+  CHECK(table.find("samples/s") != std::string::npos);
+}
+
+TEST_CASE("format helpers", "[planner]") {
+  CHECK(format_bytes(512) == "512 B");
+  CHECK(format_bytes(4 * 1024 * 1024) == "4.00 MiB");
+  CHECK(format_bytes(12.5 * 1024 * 1024) == "12.5 MiB");
+  CHECK(format_seconds(0.0123) == "12.3 ms");
+  CHECK(format_seconds(850e-6) == "850 us");
+}

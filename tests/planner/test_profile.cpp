@@ -1,0 +1,55 @@
+// test_profile.cpp: per-layer profiles computed from the demo model files.
+#include <catch2/catch.hpp>
+
+#include "core/model/model_spec.h"
+#include "core/planner/planner.h"
+#include "core/planner/profile.h"
+
+using namespace cleave;
+
+TEST_CASE("profile of the MLP demo model", "[planner][profile]") {
+  const ModelSpec spec = ModelSpec::load(CLEAVE_SOURCE_DIR "/models/mlp.json");
+  const ModelProfile adam = profile_model(spec, "adam", 0);
+  REQUIRE(adam.num_layers() == 8);
+  CHECK(adam.input_bytes_per_sample == 4 * 784);
+  const LayerProfile& fc1 = adam.layers[1];
+  CHECK(fc1.type == "linear");
+  CHECK(fc1.param_count == 784 * 1024 + 1024);
+  CHECK(fc1.param_bytes == 4 * fc1.param_count);
+  CHECK(fc1.grad_bytes == fc1.param_bytes);
+  CHECK(fc1.optimizer_state_bytes == 2 * fc1.param_bytes);
+  CHECK(fc1.fwd_flops > 2 * 784 * 1024 - 1);
+  CHECK(fc1.bwd_flops == 2 * fc1.fwd_flops);
+  CHECK(fc1.out_act_bytes == 4 * 1024);
+  CHECK(fc1.stash_bytes >= 4 * 784);
+  const LayerProfile& relu = adam.layers[2];
+  CHECK(relu.param_count == 0);
+  CHECK(relu.bwd_flops == relu.fwd_flops);
+  CHECK(relu.optimizer_state_bytes == 0);
+
+  CHECK(profile_model(spec, "sgd", 0).layers[1].optimizer_state_bytes == 0);
+  CHECK(profile_model(spec, "sgd", 0.9).layers[1].optimizer_state_bytes == fc1.param_bytes);
+  CHECK(profile_model(spec, "adamw", 0).layers[1].optimizer_state_bytes == 2 * fc1.param_bytes);
+  CHECK_THROWS_WITH(profile_model(spec, "lion", 0), Catch::Contains("unknown optimizer 'lion'"));
+}
+
+TEST_CASE("profile of the CNN demo model plans onto two devices", "[planner][profile]") {
+  const ModelSpec spec = ModelSpec::load(CLEAVE_SOURCE_DIR "/models/cnn.json");
+  const ModelProfile prof = profile_model(spec, "adam", 0);
+  REQUIRE(prof.num_layers() == spec.num_layers());
+  int64_t params = 0;
+  for (const LayerProfile& l : prof.layers) {
+    CHECK(l.out_act_bytes > 0);
+    params += l.param_count;
+  }
+  CHECK(params == (32 * 9 + 32) + (64 * 32 * 9 + 64) + (1600 * 128 + 128) + (128 * 10 + 10));
+  CHECK(prof.layers[0].out_act_bytes == 4 * 32 * 26 * 26);
+  Cluster c;
+  c.devices.push_back({"a", int64_t{1} << 30, 50, std::nullopt});
+  c.devices.push_back({"b", int64_t{1} << 30, 50, std::nullopt});
+  const Plan p = plan(prof, c, PlanOptions{});
+  int covered = 0;
+  for (const StagePlan& st : p.stages) covered += st.end - st.begin;
+  CHECK(covered == prof.num_layers());
+  CHECK(p.bottleneck_seconds > 0);
+}

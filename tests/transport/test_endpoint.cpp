@@ -1,0 +1,407 @@
+// test_endpoint.cpp: the security spec (refused clients never reach the
+// application while an allowed one is served), validation over the wire, peer
+// identity, replies, and disconnect detection. 127.0.0.1 and ephemeral ports only.
+#include <catch2/catch.hpp>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <mutex>
+#include <thread>
+
+#include <zmq.hpp>
+#include <zmq_addon.hpp>
+
+#include "transport/endpoint.h"
+#include "transport/log.h"
+#include "transport/schema/cleave_generated.h"
+
+using namespace cleave::transport;
+using namespace std::chrono_literals;
+
+namespace {
+
+// Captures transport log lines for the duration of a test.
+struct LogCapture {
+  std::mutex mutex;
+  std::vector<std::string> lines;
+  LogCapture() {
+    set_log_sink([this](LogLevel, std::string_view s) {
+      std::lock_guard lock(mutex);
+      lines.emplace_back(s);
+    });
+  }
+  ~LogCapture() { set_log_sink({}); }
+  bool contains(const std::string& needle) {
+    std::lock_guard lock(mutex);
+    for (const auto& l : lines)
+      if (l.find(needle) != std::string::npos) return true;
+    return false;
+  }
+};
+
+struct Keys {
+  KeyPair server = generate_keypair();
+  KeyPair good = generate_keypair();
+  KeyPair intruder = generate_keypair();
+};
+
+SocketTuning small_limits() {
+  SocketTuning t;
+  t.limits.max_header_bytes = 64 << 10;
+  t.limits.max_payload_bytes = 1 << 20;  // ZMQ_MAXMSGSIZE = 2 MiB
+  t.heartbeat_interval_ms = 200;
+  t.heartbeat_timeout_ms = 1000;
+  t.handshake_timeout_ms = 1000;
+  t.send_timeout_ms = 2000;
+  t.linger_ms = 0;
+  return t;
+}
+
+ServerOptions server_options(const Keys& k) {
+  ServerOptions o;
+  o.keys = k.server;
+  o.allow.add("good", k.good.public_key);
+  o.tuning = small_limits();
+  o.label = "test-server";
+  return o;
+}
+
+ClientOptions client_options(const ServerEndpoint& s, const KeyPair& keys) {
+  ClientOptions o;
+  o.connect = s.endpoint();
+  o.keys = keys;
+  o.server_public_key = s.public_key();
+  o.tuning = small_limits();
+  return o;
+}
+
+Message heartbeat(uint64_t seq) {
+  Message m;
+  m.request_id = seq;
+  m.body = HeartbeatMsg{seq, 0};
+  return m;
+}
+
+int port_of(const std::string& endpoint) { return std::stoi(endpoint.substr(endpoint.rfind(':') + 1)); }
+
+// Waits up to `limit` for `pred`, returning whether it became true.
+template <class Pred>
+bool eventually(Pred pred, std::chrono::milliseconds limit = 5000ms) {
+  const auto end = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < end) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(20ms);
+  }
+  return pred();
+}
+
+std::vector<std::byte> tensor_header(uint16_t version, std::vector<int64_t> shape) {
+  namespace fb = cleave::wire;
+  flatbuffers::FlatBufferBuilder b;
+  auto t = fb::CreateTensorDirect(b, fb::TensorKind::Activation, 1, 0, &shape);
+  fb::FinishEnvelopeBuffer(b, fb::CreateEnvelope(b, version, 1, fb::Body::Tensor, t.Union()));
+  const auto* p = reinterpret_cast<const std::byte*>(b.GetBufferPointer());
+  return {p, p + b.GetSize()};
+}
+
+}  // namespace
+
+TEST_CASE("unknown key, no-CURVE client and raw TCP junk are refused while an allowed client is served",
+          "[transport][security]") {
+  LogCapture logs;
+  Keys k;
+  ServerEndpoint server(server_options(k));
+  REQUIRE(server.endpoint().rfind("tcp://127.0.0.1:", 0) == 0);
+
+  ClientEndpoint good(client_options(server, k.good));
+  ClientEndpoint intruder(client_options(server, k.intruder));  // valid CURVE, unknown key
+  ClientOptions plain = client_options(server, k.good);
+  plain.insecure = true;  // no CURVE at all
+  ClientEndpoint no_curve(plain);
+  // Raw TCP socket writing junk.
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(fd >= 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port_of(server.endpoint())));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
+  std::string junk(4096, '\0');
+  for (size_t i = 0; i < junk.size(); ++i) junk[i] = static_cast<char>((i * 7919) & 0xff);
+  junk[0] = static_cast<char>(0xff);  // looks like a ZMTP greeting start, then garbage
+  REQUIRE(::write(fd, junk.data(), junk.size()) > 0);
+
+  for (uint64_t i = 0; i < 10; ++i) {
+    REQUIRE(intruder.send(heartbeat(1000 + i)).ok());
+    REQUIRE(no_curve.send(heartbeat(2000 + i)).ok());
+    REQUIRE(good.send(heartbeat(i)).ok());
+  }
+  // The application sees exactly the allowed client's 10 messages, in order.
+  for (uint64_t i = 0; i < 10; ++i) {
+    auto r = server.receive(3000ms);
+    REQUIRE(r.ok());
+    CHECK(r->peer == "good");
+    CHECK(std::get<HeartbeatMsg>(r->message.body).sequence == i);
+  }
+  CHECK(server.receive(300ms).is(FailureKind::kTimeout));
+  // Refusals are counted and logged.
+  CHECK(eventually([&] { return server.stats().zap_denied >= 1; }));
+  CHECK(eventually([&] { return server.stats().handshakes_failed >= 2; }));
+  CHECK(logs.contains("is not on the allow-list"));
+  CHECK(logs.contains("refused a connection"));
+  CHECK(!intruder.connected());
+  CHECK(!no_curve.connected());
+  CHECK(good.connected());
+  // Still serving after the refusals.
+  REQUIRE(good.send(heartbeat(99)).ok());
+  auto last = server.receive(3000ms);
+  REQUIRE(last.ok());
+  CHECK(std::get<HeartbeatMsg>(last->message.body).sequence == 99);
+  CHECK(server.stats().messages_received == 11);
+  CHECK(server.stats().messages_rejected == 0);
+  ::close(fd);
+}
+
+TEST_CASE("a client pinned to the wrong server key never connects", "[transport][security]") {
+  LogCapture logs;
+  Keys k;
+  ServerEndpoint server(server_options(k));
+  ClientOptions o = client_options(server, k.good);
+  o.server_public_key = generate_keypair().public_key;  // impostor's key
+  ClientEndpoint client(o);
+  REQUIRE(client.send(heartbeat(1)).ok());
+  CHECK(server.receive(500ms).is(FailureKind::kTimeout));
+  CHECK(!client.connected());
+}
+
+TEST_CASE("truncated, bit-flipped, oversized, wrong-version and shape-mismatched messages are rejected",
+          "[transport][validation]") {
+  LogCapture logs;
+  Keys k;
+  ServerEndpoint server(server_options(k));
+  // A raw authenticated DEALER, so the test can write arbitrary frames.
+  zmq::context_t ctx;
+  zmq::socket_t raw(ctx, zmq::socket_type::dealer);
+  raw.set(zmq::sockopt::linger, 0);
+  raw.set(zmq::sockopt::curve_serverkey, server.public_key());
+  raw.set(zmq::sockopt::curve_publickey, k.good.public_key);
+  raw.set(zmq::sockopt::curve_secretkey, k.good.secret_key);
+  raw.set(zmq::sockopt::reconnect_ivl, 50);
+  raw.connect(server.endpoint());
+
+  const auto good_header = tensor_header(kProtocolVersion, {4, 4});
+  const std::vector<std::byte> good_payload(64);
+  auto send_frames = [&](std::vector<std::vector<std::byte>> frames) {
+    for (size_t i = 0; i < frames.size(); ++i)
+      raw.send(zmq::buffer(frames[i]), i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
+  };
+  auto expect_rejected = [&](const std::string& needle) {
+    auto r = server.receive(3000ms);
+    REQUIRE(r.is(FailureKind::kRejected));
+    CHECK(r.failure().peer == "good");
+    CHECK_THAT(r.failure().message, Catch::Contains(needle));
+  };
+  auto expect_valid = [&] {
+    auto r = server.receive(3000ms);
+    REQUIRE(r.ok());
+    CHECK(r->peer == "good");
+    CHECK(std::get<TensorMsg>(r->message.body).shape == std::vector<int64_t>{4, 4});
+  };
+
+  send_frames({good_header, good_payload});
+  expect_valid();
+  // Truncated header.
+  send_frames({std::vector<std::byte>(good_header.begin(), good_header.begin() + good_header.size() / 2),
+               good_payload});
+  expect_rejected("");
+  // Bit flip in the file identifier.
+  auto flipped = good_header;
+  flipped[5] ^= std::byte{0x10};
+  send_frames({flipped, good_payload});
+  expect_rejected("not a cleave envelope");
+  // Oversized: a 1.5 MiB payload frame against a 1 MiB limit.
+  send_frames({tensor_header(kProtocolVersion, {3 << 17}), std::vector<std::byte>(3 << 19)});
+  expect_rejected("exceeds the limit");
+  // Wrong version.
+  send_frames({tensor_header(kProtocolVersion + 1, {4, 4}), good_payload});
+  expect_rejected("unsupported protocol version");
+  // Shape x dtype != payload bytes.
+  send_frames({tensor_header(kProtocolVersion, {4, 5}), good_payload});
+  expect_rejected("payload frame is 64 bytes but the header implies 80");
+  // Too many frames.
+  send_frames({good_header, good_payload, good_payload, good_payload, good_payload, good_payload,
+               good_payload, good_payload, good_payload});
+  expect_rejected("frames (at most");
+  send_frames({good_header, good_payload});
+  expect_valid();
+  const EndpointStats s = server.stats();
+  CHECK(s.messages_rejected == 6);
+  CHECK(s.messages_received == 2);
+  CHECK(logs.contains("rejected message from good"));
+
+  // Beyond ZMQ_MAXMSGSIZE (2x the limit) libzmq drops the connection; the
+  // server keeps serving and the dealer reconnects.
+  send_frames({tensor_header(kProtocolVersion, {1 << 20}), std::vector<std::byte>(4 << 20)});
+  CHECK(server.receive(500ms).is(FailureKind::kTimeout));
+  CHECK(eventually([&] { return server.stats().disconnects >= 1; }));
+  bool served = false;
+  for (int attempt = 0; attempt < 20 && !served; ++attempt) {
+    send_frames({good_header, good_payload});
+    auto r = server.receive(250ms);
+    served = r.ok();
+  }
+  CHECK(served);
+}
+
+TEST_CASE("server and client exchange every kind; the server knows who sent what",
+          "[transport][endpoint]") {
+  Keys k;
+  ServerOptions so = server_options(k);
+  const KeyPair second = generate_keypair();
+  so.allow.add("second", second.public_key);
+  ServerEndpoint server(so);
+  ClientEndpoint a(client_options(server, k.good));
+  ClientEndpoint b(client_options(server, second));
+
+  Message reg;
+  reg.request_id = 1;
+  reg.body = RegisterMsg{"device-a", {"cpu"}, 1000, 500, 3.5, "tcp://127.0.0.1:1", k.good.public_key, "0.1", ""};
+  REQUIRE(a.send(reg).ok());
+  Message reg_b = reg;
+  std::get<RegisterMsg>(reg_b.body).device_name = "device-b";
+  std::get<RegisterMsg>(reg_b.body).public_key = second.public_key;
+  REQUIRE(b.send(reg_b).ok());
+  std::map<std::string, std::string> seen;
+  for (int i = 0; i < 2; ++i) {
+    auto r = server.receive(3000ms);
+    REQUIRE(r.ok());
+    seen[r->peer] = std::get<RegisterMsg>(r->message.body).device_name;
+  }
+  CHECK(seen["good"] == "device-a");
+  CHECK(seen["second"] == "device-b");
+
+  // Replies are routed to the named peer only.
+  AssignMsg as;
+  as.stage = 0;
+  as.num_stages = 2;
+  as.layer_end = 3;
+  as.next = PeerInfo{"tcp://127.0.0.1:2", second.public_key, "second"};
+  Message assign;
+  assign.request_id = 2;
+  assign.body = as;
+  REQUIRE(server.send("good", assign).ok());
+  auto got = a.receive(3000ms);
+  REQUIRE(got.ok());
+  CHECK(std::get<AssignMsg>(got->body) == as);
+  CHECK(b.receive(200ms).is(FailureKind::kTimeout));
+  CHECK(server.send("nobody", assign).is(FailureKind::kUnreachable));
+
+  // Tensors in every encoding, client -> server and back.
+  std::vector<float> values(1000);
+  for (size_t i = 0; i < values.size(); ++i) values[i] = std::sin(static_cast<float>(i)) * 10.0f;
+  auto shared = std::make_shared<const std::vector<float>>(values);
+  for (Encoding e : {Encoding::kF32, Encoding::kF16, Encoding::kInt8}) {
+    TensorMsg t;
+    t.kind = TensorKind::kActivation;
+    t.step = 4;
+    t.shape = {10, 100};
+    t.encoding = e;
+    REQUIRE(a.send(make_tensor_message(t, shared)).ok());
+    auto r = server.receive(3000ms);
+    REQUIRE(r.ok());
+    auto back = tensor_values(r->message);
+    REQUIRE(back.size() == values.size());
+    const float tol = e == Encoding::kF32 ? 0.0f : e == Encoding::kF16 ? 10.0f / 1024 : 10.0f / 254 * 1.001f;
+    for (size_t i = 0; i < values.size(); ++i) REQUIRE(std::fabs(back[i] - values[i]) <= tol);
+    t.kind = TensorKind::kGradient;
+    REQUIRE(server.send("good", make_tensor_message(t, shared)).ok());
+    auto g = a.receive(3000ms);
+    REQUIRE(g.ok());
+    CHECK(std::get<TensorMsg>(g->body).kind == TensorKind::kGradient);
+  }
+  // Weights, metrics, control, ack, error, probe.
+  std::vector<float> w(300, 0.5f);
+  REQUIRE(a.send(make_weights_message(WeightsMsg{0, 3, 64, 0}, w.data(), w.size(), nullptr)).ok());
+  auto wr = server.receive(3000ms);
+  REQUIRE(wr.ok());
+  CHECK(weights_values(wr->message) == w);
+  for (Body body : std::vector<Body>{MetricsMsg{0, 3, 1.5, 10, 16, "{}"}, AckMsg{2, ""},
+                                     ErrorMsg{ErrorCode::kInternal, "boom", 2}}) {
+    Message m;
+    m.body = body;
+    REQUIRE(a.send(m).ok());
+    auto r = server.receive(3000ms);
+    REQUIRE(r.ok());
+    CHECK(r->message.body == body);
+  }
+  Message ctl;
+  ctl.body = ControlMsg{ControlCommand::kStop, ""};
+  REQUIRE(server.send("second", ctl).ok());
+  auto c = b.receive(3000ms);
+  REQUIRE(c.ok());
+  CHECK(std::get<ControlMsg>(c->body).command == ControlCommand::kStop);
+  REQUIRE(a.send(make_probe_message(1, 4096, true)).ok());
+  auto p = server.receive(3000ms);
+  REQUIRE(p.ok());
+  CHECK(p->message.payloads[0].size() == 4096);
+}
+
+TEST_CASE("a dead peer is noticed within seconds on both sides", "[transport][endpoint]") {
+  Keys k;
+  ServerEndpoint server(server_options(k));
+  auto client = std::make_unique<ClientEndpoint>(client_options(server, k.good));
+  REQUIRE(client->send(heartbeat(1)).ok());
+  REQUIRE(server.receive(3000ms).ok());
+  REQUIRE(client->wait_connected(3000ms));
+  auto events = server.take_peer_events();
+  REQUIRE(events.size() == 1);
+  CHECK(events[0].kind == PeerEvent::Kind::kConnected);
+  CHECK(server.connected_peers() == std::vector<std::string>{"good"});
+  CHECK(server.since_last_seen("good").has_value());
+  client.reset();
+  bool gone = eventually([&] {
+    for (const auto& e : server.take_peer_events())
+      if (e.kind == PeerEvent::Kind::kDisconnected && e.peer == "good") return true;
+    return false;
+  });
+  CHECK(gone);
+  CHECK(server.connected_peers().empty());
+  CHECK(server.send("good", heartbeat(2)).is(FailureKind::kUnreachable));
+
+  // Client side: the server goes away.
+  auto server2 = std::make_unique<ServerEndpoint>(server_options(k));
+  ClientEndpoint c2(client_options(*server2, k.good));
+  REQUIRE(c2.wait_connected(3000ms));
+  server2.reset();
+  CHECK(eventually([&] { return !c2.connected(); }));
+  CHECK(c2.stats().disconnects >= 1);
+}
+
+TEST_CASE("insecure endpoints talk plain TCP and log a warning", "[transport][security]") {
+  LogCapture logs;
+  ServerOptions so;
+  so.insecure = true;
+  so.tuning = small_limits();
+  ServerEndpoint server(so);
+  ClientOptions co;
+  co.connect = server.endpoint();
+  co.insecure = true;
+  co.tuning = small_limits();
+  ClientEndpoint client(co);
+  CHECK(logs.contains("--insecure"));
+  REQUIRE(client.send(heartbeat(5)).ok());
+  auto r = server.receive(3000ms);
+  REQUIRE(r.ok());
+  CHECK(r->peer.rfind("insecure-", 0) == 0);
+  REQUIRE(server.send(r->peer, heartbeat(6)).ok());
+  CHECK(client.receive(3000ms).ok());
+  // A secure server refuses to start without an allow-list.
+  Keys k;
+  ServerOptions empty;
+  empty.keys = k.server;
+  CHECK_THROWS_WITH(ServerEndpoint(empty), Catch::Contains("empty allow-list"));
+}

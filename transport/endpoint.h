@@ -1,0 +1,155 @@
+// endpoint.h: ZeroMQ + CURVE endpoints that carry cleave messages.
+//
+// A ServerEndpoint binds (ROUTER, CURVE server, its own ZAP handler with an
+// allow-list, ZMQ_MAXMSGSIZE, heartbeats) and serves many authenticated peers;
+// every received message carries the sender's allow-list name (taken from the
+// ZAP User-Id on the frame, never from anything the peer wrote). A
+// ClientEndpoint dials one server (DEALER, CURVE client pinned to the server's
+// public key) and reconnects on its own. Both:
+//   - send(Message): header frame + payload frames; payloads with an owner are
+//     handed to ZeroMQ without copying (ZeroMQ shares the owner until its I/O
+//     thread is done; the bytes must stay unmodified until then), payloads
+//     without an owner are copied;
+//   - receive(timeout): a Message, FailureKind::kTimeout, or kRejected for
+//     input that failed validation (logged, counted; the endpoint keeps serving);
+//   - detect dead peers: ZMTP heartbeats close silent connections, a socket
+//     monitor reports disconnects and refused handshakes (logged, counted).
+// Endpoints are not thread-safe: use each from one thread at a time. Their
+// background threads (ZAP, monitor) touch only their own sockets.
+// `insecure = true` uses plain TCP (NULL mechanism) and logs a warning.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "transport/keys.h"
+#include "transport/message.h"
+#include "transport/result.h"
+
+namespace cleave::transport {
+
+using Millis = std::chrono::milliseconds;
+
+struct EndpointStats {
+  uint64_t messages_sent = 0;
+  uint64_t messages_received = 0;  // accepted (valid) messages
+  uint64_t messages_rejected = 0;  // failed validation; never seen by the application
+  uint64_t bytes_sent = 0;         // header + payload bytes before encryption
+  uint64_t bytes_received = 0;
+  uint64_t zap_admitted = 0;       // server: ZAP handshakes admitted
+  uint64_t zap_denied = 0;         // server: ZAP refusals (unknown key, wrong mechanism)
+  uint64_t handshakes_failed = 0;  // handshake failures seen by the monitor (junk, no CURVE, denied)
+  uint64_t disconnects = 0;        // connections closed (peer gone, heartbeat timeout, oversized frame)
+  std::string last_rejection;      // message of the most recent rejection
+};
+
+// Transport settings shared by both ends.
+struct SocketTuning {
+  DecodeLimits limits;                         // application-level caps (clear error, counted)
+  int heartbeat_interval_ms = 1000;            // ZMTP PING interval
+  int heartbeat_timeout_ms = 3000;             // connection dropped after this much silence
+  int handshake_timeout_ms = 5000;             // half-open / junk connections dropped after this
+  int send_timeout_ms = 10000;                 // send() fails with kTimeout after this
+  int linger_ms = 500;                         // how long close waits for unsent messages
+  int high_water_mark = 1000;                  // messages queued per peer
+};
+
+// ZMQ_MAXMSGSIZE is set to twice the largest application limit: frames
+// between the limit and the cap arrive and are rejected with a clear error;
+// frames above the cap make libzmq drop the connection (counted as a disconnect).
+int64_t transport_frame_cap(const DecodeLimits& limits);
+
+struct ServerOptions {
+  std::string bind = "tcp://127.0.0.1:*";  // '*' port: ephemeral, see endpoint()
+  KeyPair keys;                            // this server's key pair (CURVE)
+  AllowList allow;                         // client keys admitted (must not be empty unless insecure)
+  bool insecure = false;                   // plain TCP, NULL mechanism, warning logged
+  std::string label = "server";            // prefix of log lines
+  SocketTuning tuning;
+};
+
+struct ClientOptions {
+  std::string connect;             // "tcp://host:port"
+  KeyPair keys;                    // this client's key pair (must be on the server's allow-list)
+  std::string server_public_key;   // Z85; the connection fails unless the server holds its secret
+  bool insecure = false;
+  std::string label = "client";
+  SocketTuning tuning;
+};
+
+// A message and who sent it (server side).
+struct Received {
+  std::string peer;  // allow-list name of the sender ("insecure-<id>" in --insecure mode)
+  Message message;
+};
+
+struct PeerEvent {
+  enum class Kind { kConnected, kDisconnected };
+  Kind kind;
+  std::string peer;
+};
+
+class ServerEndpoint {
+ public:
+  // Binds and starts the ZAP handler and monitor. Throws std::invalid_argument
+  // for bad options (empty allow-list in secure mode, malformed keys) and
+  // zmq::error_t when binding fails.
+  explicit ServerEndpoint(ServerOptions options);
+  ~ServerEndpoint();
+  ServerEndpoint(const ServerEndpoint&) = delete;
+  ServerEndpoint& operator=(const ServerEndpoint&) = delete;
+
+  // The resolved endpoint, e.g. "tcp://127.0.0.1:40123".
+  const std::string& endpoint() const;
+  const std::string& public_key() const;
+
+  // Waits up to `timeout` for one message.
+  Result<Received> receive(Millis timeout);
+  // Sends to the most recent connection of `peer` (an allow-list name that has
+  // sent at least one message). kUnreachable when unknown or gone.
+  Status send(const std::string& peer, const Message& message);
+
+  // Connect / disconnect events since the last call. A peer is "connected"
+  // from its first valid message; "disconnected" when its connection closes.
+  std::vector<PeerEvent> take_peer_events();
+  // Peers whose connection is currently believed open.
+  std::vector<std::string> connected_peers();
+  // Time since the last valid message from `peer`, or nullopt if never heard.
+  std::optional<Millis> since_last_seen(const std::string& peer) const;
+
+  EndpointStats stats() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+class ClientEndpoint {
+ public:
+  // Starts connecting (asynchronously; messages queue until connected).
+  // Throws std::invalid_argument for malformed keys.
+  explicit ClientEndpoint(ClientOptions options);
+  ~ClientEndpoint();
+  ClientEndpoint(const ClientEndpoint&) = delete;
+  ClientEndpoint& operator=(const ClientEndpoint&) = delete;
+
+  Status send(const Message& message);
+  Result<Message> receive(Millis timeout);
+
+  // True after a successful handshake, false after a disconnect.
+  bool connected() const;
+  // Waits until connected() or the timeout passes; returns connected().
+  bool wait_connected(Millis timeout) const;
+
+  EndpointStats stats() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace cleave::transport

@@ -1,0 +1,247 @@
+// message.h: cleave's protocol messages as C++ values, and their wire form.
+//
+// A `Message` is a body (one of the kinds below) plus raw payload frames.
+// On the wire it is a multipart ZeroMQ message: frame 0 is a FlatBuffers
+// `cleave.wire.Envelope` (transport/schema/cleave.fbs), frames 1.. are the
+// payloads. Tensor / weights / probe bytes live only in payload frames, and a
+// payload that the sender already holds in host memory is never copied: a
+// `Payload` may borrow memory kept alive by a shared_ptr owner (see below).
+//
+// `decode_message` is the single entry point for untrusted bytes: FlatBuffers
+// Verifier first, then semantic checks (version, kind, frame count, ids >= 0,
+// rank and dims sane, element count without overflow, shape x element size ==
+// payload bytes, strings and keys well-formed). It never throws on bad input
+// and never reads payload memory as floats in place (payloads are unaligned).
+// See docs/protocol.md for who sends each message and when.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "transport/codec.h"
+#include "transport/result.h"
+
+namespace cleave::transport {
+
+// Bumped whenever the meaning of the wire format changes; receivers reject others.
+inline constexpr uint16_t kProtocolVersion = 1;
+// Largest tensor rank accepted on the wire.
+inline constexpr size_t kMaxRank = 8;
+
+// ---------------------------------------------------------------------------
+// Payload frames.
+
+// Bytes of one payload frame. Either owned (a vector held by `owner`) or
+// borrowed: `data` points into memory that `owner` keeps alive. Sending a
+// Payload shares `owner` with ZeroMQ until the I/O thread is done with the
+// bytes, so the sender may drop its Message right after send() returns. A
+// Payload with data but no owner (`borrow_unowned`) is copied at send time.
+class Payload {
+ public:
+  Payload() = default;
+  // Takes ownership of `bytes`.
+  static Payload own(std::vector<std::byte> bytes);
+  // Copies `bytes`.
+  static Payload copy_of(std::span<const std::byte> bytes);
+  // Borrows [data, data + size) kept alive by `owner` (zero-copy on send).
+  static Payload borrow(const void* data, size_t size, std::shared_ptr<const void> owner);
+  // Borrows memory with no owner: valid only while the caller keeps it alive;
+  // send() copies such payloads (it cannot know when the caller frees them).
+  static Payload borrow_unowned(const void* data, size_t size);
+  // Borrows a float vector held by a shared_ptr (zero-copy f32 tensors).
+  static Payload of_floats(std::shared_ptr<const std::vector<float>> values);
+
+  std::span<const std::byte> bytes() const { return {data_, size_}; }
+  const std::byte* data() const { return data_; }
+  size_t size() const { return size_; }
+  const std::shared_ptr<const void>& owner() const { return owner_; }
+
+ private:
+  const std::byte* data_ = nullptr;
+  size_t size_ = 0;
+  std::shared_ptr<const void> owner_;
+};
+
+// ---------------------------------------------------------------------------
+// Bodies (mirror the tables of cleave.fbs; see docs/protocol.md).
+
+enum class TensorKind : uint8_t { kActivation = 0, kGradient = 1, kInput = 2, kLabels = 3 };
+enum class ControlCommand : uint8_t { kStart = 0, kStop = 1, kCheckpoint = 2, kShutdown = 3 };
+enum class ErrorCode : int32_t {
+  kUnknown = 0, kBadMessage = 1, kUnsupportedVersion = 2, kUnexpectedKind = 3,
+  kNotAssigned = 4, kShapeMismatch = 5, kInternal = 6, kTimeout = 7, kRefused = 8,
+};
+
+const char* tensor_kind_name(TensorKind kind);
+const char* control_command_name(ControlCommand command);
+
+struct PeerInfo {
+  std::string endpoint;    // "tcp://host:port"; empty: no such neighbour
+  std::string public_key;  // Z85 (40 chars); empty only in --insecure runs
+  std::string name;        // allow-list name, for logs
+  bool operator==(const PeerInfo&) const = default;
+};
+
+struct RegisterMsg {  // daemon -> coordinator (0 payload frames)
+  std::string device_name;
+  std::vector<std::string> backends;
+  uint64_t memory_total = 0;  // bytes
+  uint64_t memory_free = 0;   // bytes
+  double compute_gflops = 0;
+  std::string peer_endpoint;
+  std::string public_key;
+  std::string software_version;
+  std::string details_json;
+  bool operator==(const RegisterMsg&) const = default;
+};
+
+struct AssignMsg {  // coordinator -> daemon (0 payload frames)
+  int32_t stage = 0;
+  int32_t num_stages = 1;
+  int32_t layer_begin = 0;  // [layer_begin, layer_end)
+  int32_t layer_end = 0;
+  std::string model_spec_json;
+  std::string optimizer_json;
+  std::string training_json;
+  std::optional<PeerInfo> prev;
+  std::optional<PeerInfo> next;
+  Encoding link_encoding = Encoding::kF32;
+  bool operator==(const AssignMsg&) const = default;
+};
+
+// Header of a tensor message; payload frame 0 holds numel(shape) elements in
+// `encoding`. (Use TensorMessage in link.h for the float-level view.)
+struct TensorMsg {  // (1 payload frame)
+  TensorKind kind = TensorKind::kActivation;
+  int64_t step = 0;
+  int32_t micro_batch = 0;
+  std::vector<int64_t> shape;
+  Encoding encoding = Encoding::kF32;
+  float scale = 0.0f;  // int8 only
+  bool operator==(const TensorMsg&) const = default;
+};
+
+struct WeightsMsg {  // (1 payload frame: num_elements float32)
+  int32_t stage = 0;
+  int64_t round = 0;
+  int64_t sample_count = 0;
+  int64_t num_elements = 0;
+  bool operator==(const WeightsMsg&) const = default;
+};
+
+struct HeartbeatMsg {  // either direction (0 payload frames)
+  uint64_t sequence = 0;
+  int64_t sent_unix_ms = 0;
+  bool operator==(const HeartbeatMsg&) const = default;
+};
+
+struct ControlMsg {  // coordinator -> daemon (0 payload frames)
+  ControlCommand command = ControlCommand::kStart;
+  std::string argument_json;
+  bool operator==(const ControlMsg&) const = default;
+};
+
+struct AckMsg {  // (0 payload frames)
+  uint64_t request_id = 0;
+  std::string detail;
+  bool operator==(const AckMsg&) const = default;
+};
+
+struct ErrorMsg {  // (0 payload frames)
+  ErrorCode code = ErrorCode::kUnknown;
+  std::string message;
+  uint64_t request_id = 0;
+  bool operator==(const ErrorMsg&) const = default;
+};
+
+struct MetricsMsg {  // stage -> coordinator (0 payload frames)
+  int32_t stage = 0;
+  int64_t step = 0;
+  double loss_sum = 0;
+  int64_t correct = 0;
+  int64_t sample_count = 0;
+  std::string timings_json;
+  bool operator==(const MetricsMsg&) const = default;
+};
+
+struct ProbeMsg {  // either direction (1 payload frame of payload_bytes)
+  uint64_t sequence = 0;
+  uint64_t payload_bytes = 0;
+  bool echo = false;
+  bool operator==(const ProbeMsg&) const = default;
+};
+
+using Body = std::variant<RegisterMsg, AssignMsg, TensorMsg, WeightsMsg, HeartbeatMsg, ControlMsg,
+                          AckMsg, ErrorMsg, MetricsMsg, ProbeMsg>;
+
+// "register", "assign", "tensor", ...
+const char* body_kind_name(const Body& body);
+
+struct Message {
+  uint64_t request_id = 0;  // sender-chosen; echoed by Ack / Error
+  Body body;
+  std::vector<Payload> payloads;
+};
+
+// Number of payload frames the kind of `body` carries on the wire.
+size_t expected_payload_frames(const Body& body);
+
+// ---------------------------------------------------------------------------
+// Wire form.
+
+// Limits applied by decode_message (sizes in bytes).
+struct DecodeLimits {
+  size_t max_header_bytes = 64u << 20;    // model specs travel in assign
+  size_t max_payload_bytes = 1u << 30;    // per payload frame
+  size_t max_string_bytes = 64u << 20;    // any one string field
+};
+
+// Serializes the body into a FlatBuffers header frame. Throws
+// std::invalid_argument when the message is not valid (the same semantic rules
+// decode_message enforces, including payload sizes), so a sender learns about
+// its own bug instead of the receiver.
+std::vector<std::byte> encode_header(const Message& message);
+
+// Parses and validates untrusted frames: `header` then the payload frames.
+// The returned Message shares the given Payloads (and so their owners): pass
+// payloads whose owners keep the received frames alive.
+// Returns FailureKind::kRejected with a message naming what is wrong.
+Result<Message> decode_message(std::span<const std::byte> header,
+                               std::span<const Payload> payloads,
+                               const DecodeLimits& limits = {});
+
+// Checks the semantic rules on an already-built message (used by both sides).
+// Returns an empty string when valid, else what is wrong.
+std::string validate_message(const Message& message, const DecodeLimits& limits = {});
+
+// ---------------------------------------------------------------------------
+// Float-level helpers.
+
+// Builds a tensor message from float values: kF32 borrows `values` (zero-copy,
+// `values` kept alive by the message), kF16/kInt8 encode into an owned payload.
+Message make_tensor_message(TensorMsg header, std::shared_ptr<const std::vector<float>> values);
+// As above over memory kept alive by `owner` (e.g. a device buffer on the host);
+// `count` must equal numel(header.shape).
+Message make_tensor_message(TensorMsg header, const float* values, size_t count,
+                            std::shared_ptr<const void> owner);
+// Decodes the payload of a validated tensor message into float32 (copies; safe
+// for unaligned frames). Throws std::invalid_argument if `message` is not a tensor.
+std::vector<float> tensor_values(const Message& message);
+// Weights message over float memory kept alive by `owner` (zero-copy).
+Message make_weights_message(WeightsMsg header, const float* values, size_t count,
+                             std::shared_ptr<const void> owner);
+// Copies the weights payload into float32.
+std::vector<float> weights_values(const Message& message);
+// Probe with `bytes` of deterministic filler payload.
+Message make_probe_message(uint64_t sequence, uint64_t bytes, bool echo);
+
+// Is `text` a syntactically valid 40-character Z85 public key?
+bool is_z85_key(std::string_view text);
+
+}  // namespace cleave::transport
