@@ -9,7 +9,7 @@
 #include <memory>
 
 #include "apps/cleave/commands.h"
-#include "apps/cleave/processes.h"
+#include "core/runtime/processes.h"
 #include "apps/cleave/train_flags.h"
 #include "core/runtime/coordinator.h"
 #include "transport/keys.h"
@@ -76,6 +76,7 @@ void add_demo_command(CLI::App& root) {
       }
       std::printf("cleave demo: %d encrypted daemons, %s, %s schedule, %d micro-batches, %d epoch(s)\n", o->devices,
                   o->model.c_str(), o->schedule.c_str(), o->microbatches, o->epochs);
+      std::fflush(stdout);
       TrainConfig cfg;
       cfg.model_path = o->model;
       cfg.dataset_dir = o->dataset_dir;

@@ -4,7 +4,7 @@
 #include <memory>
 
 #include "apps/cleave/commands.h"
-#include "apps/cleave/processes.h"
+#include "core/runtime/processes.h"
 #include "apps/cleave/train_flags.h"
 #include "core/runtime/coordinator.h"
 #include "core/train/local_trainer.h"

@@ -41,6 +41,7 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -256,6 +257,12 @@ struct FlopCount {
   double required = 0;  // GEMM FLOPs a step needs (no input gradient for the first weight layer)
   double executed = 0;  // what Partition::backward(need_dx=false) runs: input gradient of every layer but layer 0
   std::vector<GemmShape> linear_gemms;  // the Linear layers' GEMMs as cleave issues them (required ones)
+  // True when every required FLOP is in linear_gemms (a model of Linear layers only).
+  bool all_linear() const {
+    double f = 0;
+    for (const GemmShape& g : linear_gemms) f += g.flops();
+    return required > 0 && std::abs(f - required) < 1e-6 * required;
+  }
 };
 
 FlopCount count_flops(const cleave::ModelSpec& spec, int64_t batch) {
@@ -590,6 +597,7 @@ int main(int argc, char** argv) {
   for (const ModelRun& m : opt.models) {
     const std::string key = m.name + ":" + std::to_string(m.batch);
     flops[key] = count_flops(specs.at(m.name), m.batch);
+    if (!flops[key].all_linear()) continue;  // conv GEMMs depend on im2col; compare MLP-like models only
     for (const GemmShape& g : flops[key].linear_gemms)
       if (std::find_if(gemm_shapes.begin(), gemm_shapes.end(), [&](const GemmShape& s) {
             return !(s < g) && !(g < s);
@@ -671,13 +679,12 @@ int main(int argc, char** argv) {
           std::printf("note: PyTorch failed on %s: %s\n", m.name.c_str(), torch_error.c_str());
         const double c_med = median(c_rates), t_med = t_rates.empty() ? 0.0 : median(t_rates);
         const double gflops = c_med / static_cast<double>(m.batch) * fc.required * 1e-9;
-        double shapes_time = 0, shapes_flops = 0;  // sgemm alone on the model's Linear GEMMs
-        for (const GemmShape& g : fc.linear_gemms) {
-          shapes_time += g.flops() / (rate.at(g.label()) * 1e9);
-          shapes_flops += g.flops();
-        }
-        const bool all_linear = std::abs(shapes_flops - fc.required) < 1e-6 * fc.required;
-        const double shapes_rate = shapes_time > 0 ? shapes_flops / shapes_time * 1e-9 : 0;
+        // sgemm alone on exactly the model's GEMMs: the rate a perfect step would reach.
+        const bool all_linear = fc.all_linear();
+        double shapes_time = 0;
+        if (all_linear)
+          for (const GemmShape& g : fc.linear_gemms) shapes_time += g.flops() / (rate.at(g.label()) * 1e9);
+        const double shapes_rate = shapes_time > 0 ? fc.required / shapes_time * 1e-9 : 0;
         Row row{m.name, threads, m.batch, steps, c_med, t_med, gflops, gflops / square_rate,
                 all_linear && shapes_rate > 0 ? gflops / shapes_rate : 0.0, true};
         rows.push_back(row);

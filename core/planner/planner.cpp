@@ -40,7 +40,7 @@ void check_link(const LinkProfile& l, const std::string& what) {
 
 const char* schedule_name(Schedule s) { return s == Schedule::gpipe ? "gpipe" : "1f1b"; }
 
-Schedule parse_schedule(const std::string& s) {
+Schedule parse_plan_schedule(const std::string& s) {
   if (s == "gpipe") return Schedule::gpipe;
   if (s == "1f1b") return Schedule::one_f_one_b;
   throw std::invalid_argument("unknown schedule '" + s + "' (use gpipe or 1f1b)");

@@ -30,7 +30,7 @@ struct PlanError : std::runtime_error {
 enum class Schedule { gpipe, one_f_one_b };
 const char* schedule_name(Schedule s);             // "gpipe", "1f1b"
 // Parses "gpipe" | "1f1b"; throws std::invalid_argument otherwise.
-Schedule parse_schedule(const std::string& s);
+Schedule parse_plan_schedule(const std::string& s);
 
 struct PlanOptions {
   Schedule schedule = Schedule::one_f_one_b;

@@ -300,7 +300,7 @@ nlohmann::json Driver::run() {
     double train_seconds = 0;
     std::map<int64_t, int64_t> step_batch;
     int64_t next_loss_step = 0;
-    auto collect = [&](int64_t upto, Clock::time_point t_epoch, int64_t epoch_samples_before) {
+    auto collect = [&](int64_t upto, Clock::time_point t_epoch, int64_t first_step_of_epoch, int64_t epoch_samples) {
       // Waits until the last stage reported every step < upto; records losses in order.
       while (next_loss_step < upto) {
         auto it = last_metrics_.find(next_loss_step);
@@ -314,8 +314,7 @@ nlohmann::json Driver::run() {
         losses.push_back(loss);
         last_metrics_.erase(it);
         ++next_loss_step;
-        bar.update(next_loss_step - epoch_samples_before, loss, 0);
-        (void)t_epoch;
+        bar.update(next_loss_step - first_step_of_epoch, loss, epoch_samples / std::max(1e-9, seconds_since(t_epoch)));
       }
     };
     bool stopped = false;
@@ -353,11 +352,9 @@ nlohmann::json Driver::run() {
         ++step;
         // Keep at most two steps in flight so the first stage can start the
         // next batch while the last one finishes this one.
-        collect(step - 1, t_epoch, first_step);
-        bar.update(next_loss_step - first_step, losses.empty() ? 0.0 : losses.back().get<double>(),
-                   epoch_samples / std::max(1e-9, seconds_since(t_epoch)));
+        collect(step - 1, t_epoch, first_step, epoch_samples);
       }
-      collect(step, t_epoch, first_step);
+      collect(step, t_epoch, first_step, epoch_samples);
       train_seconds += seconds_since(t_epoch);
       char summary[64];
       std::snprintf(summary, sizeof summary, "%.0f samples/s", epoch_samples / std::max(1e-9, seconds_since(t_epoch)));

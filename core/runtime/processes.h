@@ -1,5 +1,5 @@
 // processes.h: child processes and Ctrl-C for commands that start daemons
-// (`cleave demo`, the integration tests' helpers).
+// (`cleave demo`, benchmarks and integration tests).
 #pragma once
 
 #include <sys/types.h>
@@ -14,7 +14,7 @@ void install_interrupt_handler();
 bool interrupted();
 
 // Path of the cleaved binary: next to this executable, in ../cleaved/ (build
-// tree), or on PATH. Throws CliError when none is found.
+// tree), or on PATH. Throws std::runtime_error when none is found.
 std::string find_cleaved();
 
 // fork + exec `argv`; the child gets SIGTERM when this process dies

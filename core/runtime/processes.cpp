@@ -1,5 +1,5 @@
 // processes.cpp: see processes.h.
-#include "apps/cleave/processes.h"
+#include "core/runtime/processes.h"
 
 #include <fcntl.h>
 #include <sys/prctl.h>
@@ -13,7 +13,7 @@
 #include <filesystem>
 #include <thread>
 
-#include "apps/cleave/commands.h"
+#include <stdexcept>
 
 namespace cleave {
 namespace {
@@ -50,7 +50,7 @@ std::string find_cleaved() {
       start = end + 1;
     }
   }
-  throw CliError("cannot find the cleaved binary next to cleave or on PATH: build it (scripts/build.sh)");
+  throw std::runtime_error("cannot find the cleaved binary next to cleave or on PATH: build it (scripts/build.sh)");
 }
 
 pid_t spawn(const std::vector<std::string>& argv, const std::string& log_path) {
@@ -59,7 +59,7 @@ pid_t spawn(const std::vector<std::string>& argv, const std::string& log_path) {
   args.push_back(nullptr);
   const pid_t parent = getpid();
   pid_t pid = fork();
-  if (pid < 0) throw CliError("cannot start " + argv.front() + ": fork failed");
+  if (pid < 0) throw std::runtime_error("cannot start " + argv.front() + ": fork failed");
   if (pid == 0) {
     prctl(PR_SET_PDEATHSIG, SIGTERM);
     if (getppid() != parent) _exit(1);

@@ -1,0 +1,193 @@
+// test_pipeline_daemons.cpp: issue 4's must-shows with real cleaved processes
+// over CURVE: pipelined training equals one-process training (both schedules),
+// a daemon that dies makes the coordinator stop with a clear error naming the
+// device and step, and an assignment that does not fit is refused with sizes.
+#include <catch2/catch.hpp>
+
+#include <signal.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <thread>
+
+#include "core/data/dataset.h"
+#include "core/runtime/coordinator.h"
+#include "core/train/local_trainer.h"
+#include "integration/daemon_cluster.h"
+
+using namespace cleave;
+using cleave::testing::DaemonCluster;
+
+namespace {
+
+TrainConfig small_config(const std::string& model, int64_t limit_train, int64_t limit_test) {
+  TrainConfig c;
+  c.model_path = std::string(CLEAVE_SOURCE_DIR) + "/" + model;
+  c.epochs = 1;
+  c.batch = 32;
+  c.seed = 3;
+  c.limit_train = limit_train;
+  c.limit_test = limit_test;
+  c.microbatches = 4;
+  c.optimizer.kind = "adam";
+  c.optimizer.lr = 1e-3f;
+  c.threads = 1;
+  c.progress = false;
+  return c;
+}
+
+bool have_fashion_mnist() {
+  try {
+    find_fashion_mnist("");
+    return true;
+  } catch (...) {
+    return false;
+  }
+}
+
+}  // namespace
+
+TEST_CASE("3 daemons reproduce local training (gpipe and 1f1b)", "[integration][pipeline]") {
+  if (!have_fashion_mnist()) {
+    WARN("Fashion-MNIST not installed (apt-get install dataset-fashion-mnist): skipping");
+    return;
+  }
+  TrainConfig cfg = small_config("models/cnn.json", 640, 300);
+  nlohmann::json local = train_local(cfg);
+  for (const char* schedule : {"gpipe", "1f1b"}) {
+    DYNAMIC_SECTION("schedule " << schedule) {
+      DaemonCluster cluster(3);
+      ClusterOptions cl;
+      cl.devices = 3;
+      cl.key_path = cluster.coordinator_key();
+      cl.allow_path = cluster.allow();
+      cl.listen = "tcp://127.0.0.1:*";
+      cl.schedule = schedule;
+      cl.register_timeout_ms = 30000;
+      cl.shutdown_daemons = true;
+      cl.trace_path = cluster.dir() + "/trace.json";
+      cl.on_listening = [&](const std::string& ep) { cluster.start_all(ep); };
+      nlohmann::json piped = train_pipeline(cfg, cl);
+      const auto& a = local["losses"];
+      const auto& b = piped["losses"];
+      REQUIRE(a.size() == b.size());
+      REQUIRE(a.size() == 20);
+      for (size_t i = 0; i < a.size(); ++i) {
+        const double x = a[i].get<double>(), y = b[i].get<double>();
+        INFO("step " << i << ": local " << x << " pipeline " << y);
+        CHECK(std::abs(x - y) <= 1e-4 * std::abs(x));
+      }
+      CHECK(std::abs(local["test_accuracy"].get<double>() - piped["test_accuracy"].get<double>()) <= 0.002);
+      CHECK(piped["mode"] == "pipeline");
+      CHECK(piped["devices"].size() == 3);
+      CHECK(piped["plan"].size() == 3);
+      CHECK(piped["plan"][0]["layers"][0] == 0);
+      CHECK(piped["plan"][2]["layers"][1] == 10);
+      // The trace has a track per stage with forward/backward/send/receive/optimizer slices.
+      std::ifstream tf(cl.trace_path);
+      auto trace = nlohmann::json::parse(tf);
+      std::set<std::string> names;
+      std::set<int> tids;
+      for (const auto& e : trace["traceEvents"]) {
+        names.insert(e["name"].get<std::string>());
+        if (e["ph"] == "X") tids.insert(e["tid"].get<int>());
+      }
+      for (const char* n : {"forward", "backward", "send", "receive", "optimizer", "idle"}) CHECK(names.count(n) == 1);
+      CHECK(tids.size() == 3);
+    }
+  }
+}
+
+TEST_CASE("a daemon that dies mid-run stops the coordinator with the device and step", "[integration][pipeline]") {
+  if (!have_fashion_mnist()) {
+    WARN("Fashion-MNIST not installed: skipping");
+    return;
+  }
+  TrainConfig cfg = small_config("models/cnn.json", 20000, 100);
+  DaemonCluster cluster(3);
+  ClusterOptions cl;
+  cl.devices = 3;
+  cl.key_path = cluster.coordinator_key();
+  cl.allow_path = cluster.allow();
+  cl.listen = "tcp://127.0.0.1:*";
+  cl.register_timeout_ms = 30000;
+  pid_t victim = 0;
+  std::chrono::steady_clock::time_point killed_at;
+  std::thread killer;
+  cl.on_listening = [&](const std::string& ep) {
+    cluster.start(1, ep);
+    victim = cluster.start(2, ep);
+    cluster.start(3, ep);
+    killer = std::thread([&] {
+      std::this_thread::sleep_for(std::chrono::seconds(4));
+      killed_at = std::chrono::steady_clock::now();
+      kill(victim, SIGKILL);
+    });
+  };
+  std::string message;
+  try {
+    train_pipeline(cfg, cl);
+  } catch (const std::exception& e) {
+    message = e.what();
+  }
+  const auto stopped_at = std::chrono::steady_clock::now();
+  killer.join();
+  INFO(message);
+  CHECK_THAT(message, Catch::Contains("dev2") && Catch::Contains("step"));
+  CHECK(std::chrono::duration<double>(stopped_at - killed_at).count() < 10.0);
+}
+
+TEST_CASE("an assignment that does not fit is refused with sizes; the daemon serves on", "[integration][pipeline]") {
+  if (!have_fashion_mnist()) {
+    WARN("Fashion-MNIST not installed: skipping");
+    return;
+  }
+  TrainConfig cfg = small_config("models/mlp.json", 256, 100);
+  DaemonCluster cluster(2);
+  ClusterOptions cl;
+  cl.devices = 2;
+  cl.key_path = cluster.coordinator_key();
+  cl.allow_path = cluster.allow();
+  cl.listen = "tcp://127.0.0.1:*";
+  cl.register_timeout_ms = 30000;
+  cl.on_listening = [&](const std::string& ep) {
+    cluster.start(1, ep, {"--memory-limit", "2M"});
+    cluster.start(2, ep);
+  };
+  std::string message;
+  try {
+    train_pipeline(cfg, cl);
+  } catch (const std::exception& e) {
+    message = e.what();
+  }
+  INFO(message);
+  CHECK_THAT(message, Catch::Contains("dev1") && Catch::Contains("MiB") && Catch::Contains("--memory-limit"));
+}
+
+TEST_CASE("a device whose key is not on the allow-list never joins", "[integration][pipeline]") {
+  if (!have_fashion_mnist()) {
+    WARN("Fashion-MNIST not installed: skipping");
+    return;
+  }
+  TrainConfig cfg = small_config("models/cnn.json", 64, 64);
+  DaemonCluster cluster(2);
+  std::filesystem::remove(cluster.allow() + "/dev2.pub");
+  ClusterOptions cl;
+  cl.devices = 2;
+  cl.key_path = cluster.coordinator_key();
+  cl.allow_path = cluster.allow();
+  cl.listen = "tcp://127.0.0.1:*";
+  cl.register_timeout_ms = 4000;
+  cl.on_listening = [&](const std::string& ep) { cluster.start_all(ep); };
+  std::string message;
+  try {
+    train_pipeline(cfg, cl);
+  } catch (const std::exception& e) {
+    message = e.what();
+  }
+  INFO(message);
+  CHECK_THAT(message, Catch::Contains("only 1 of 2 devices registered") && Catch::Contains("dev1"));
+}
