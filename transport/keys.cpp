@@ -25,15 +25,15 @@ std::runtime_error file_error(const fs::path& path, const std::string& what) {
   return std::runtime_error(path.string() + ": " + what);
 }
 
-// Whitespace-separated tokens of `line` up to a comment. '#' is also a Z85
-// character, so a token starting with '#' begins a comment only when it is not
-// itself a key.
+// Whitespace-separated tokens of `line` up to a comment. '#' is a Z85
+// character, but no 32-byte key can start with it: '#' is digit 84, and any
+// 5-character group starting with it exceeds 2^32. So '#' always starts a comment.
 std::vector<std::string> tokens(const std::string& line) {
   std::istringstream in(line);
   std::vector<std::string> out;
   std::string t;
   while (in >> t) {
-    if (t[0] == '#' && !is_z85_key(t)) break;
+    if (t[0] == '#') break;
     out.push_back(t);
   }
   return out;

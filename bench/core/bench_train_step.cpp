@@ -105,7 +105,7 @@ struct Options {
   int64_t steps = 0;  // 0 = calibrate to `seconds`
   int warmup = 3;
   int reps = 5;
-  double seconds = 3.0;  // timed seconds per (model, thread count) and framework, when steps == 0
+  double seconds = 2.5;  // timed seconds per (model, thread count) and framework, when steps == 0
   double gemm_seconds = 0.08;
   uint64_t seed = 1;
   bool torch = true;
@@ -122,7 +122,7 @@ void usage(std::ostream& os) {
         "  --threads-list L    comma-separated thread counts (default 1,<all cores>)\n"
         "  --models L          comma-separated: mlp, cnn, optionally NAME:BATCH (default mlp:128,cnn:64)\n"
         "  --steps N           timed steps per repetition (default: calibrated to --seconds)\n"
-        "  --seconds S         timed seconds per model, thread count and framework (default 3)\n"
+        "  --seconds S         timed seconds per model, thread count and framework (default 2.5)\n"
         "  --reps R            repetitions; the median is reported (default 5)\n"
         "  --warmup W          untimed steps before the first repetition (default 3)\n"
         "  --seed S            seed of the synthetic data and the weights (default 1)\n"
@@ -334,7 +334,7 @@ GemmRate measure_sgemm(const GemmShape& s, int reps, double seconds) {
 class CleaveRun {
  public:
   CleaveRun(std::unique_ptr<cleave::Device> device, const cleave::ModelSpec& spec, int64_t batch, uint64_t seed)
-      : device_(std::move(device)), spec_(spec), batch_(batch) {
+      : device_(std::move(device)), spec_(spec), batch_(batch), seed_(seed) {
     model_ = std::make_unique<cleave::Partition>(*device_, spec_, 0, spec_.num_layers());
     model_->init(seed);
     model_->zero_grad();
@@ -364,7 +364,7 @@ class CleaveRun {
     const int b = static_cast<int>(step_ % kBatches);
     x_.from_host(xs_[b].data());
     t_.from_host(ys_[b].data());
-    Tensor y = model_->forward(x_, 0, /*training=*/true, cleave::derive_seed(1, static_cast<uint64_t>(step_), 0));
+    Tensor y = model_->forward(x_, 0, /*training=*/true, cleave::derive_seed(seed_, static_cast<uint64_t>(step_), 0));
     Tensor dy(*device_, y.shape());
     const double loss = cleave::compute_loss(*device_, spec_.loss, y, t_, dy, 1.0f / static_cast<float>(batch_))
                             .loss_sum / static_cast<double>(batch_);
@@ -390,6 +390,7 @@ class CleaveRun {
   std::unique_ptr<cleave::Device> device_;
   cleave::ModelSpec spec_;
   int64_t batch_;
+  uint64_t seed_;
   std::unique_ptr<cleave::Partition> model_;
   std::unique_ptr<cleave::Optimizer> opt_;
   std::vector<float> xs_[kBatches], ys_[kBatches];
@@ -717,7 +718,7 @@ int main(int argc, char** argv) {
                     static_cast<long long>(m.batch), threads, threads == 1 ? "" : "s", c_med,
                     t_rates.empty() ? "" : (", torch " + fmt("%.0f", t_med) + " samples/s").c_str(),
                     static_cast<long long>(steps), opt.reps);
-        if (opt.profile) profiles.push_back(profile_steps(spec, m.batch, threads, opt.seed, steps));
+        if (opt.profile) profiles.push_back(profile_steps(spec, m.batch, threads, opt.seed, std::max<int64_t>(steps, 10)));
       }
     }
   } catch (const std::exception& e) {

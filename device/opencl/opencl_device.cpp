@@ -166,8 +166,16 @@ constexpr const char* kKernelNames[] = {
     "adam_step",      "sum_squares_partial"};
 static_assert(sizeof(kKernelNames) / sizeof(kKernelNames[0]) == static_cast<size_t>(K::count));
 
-// Build options of the program (part of the cache key).
-constexpr const char* kBuildOptions = "";
+// Build options of the program (part of the cache key): IEEE division and square
+// root where the device offers them (OpenCL otherwise allows 2.5 / 3 ulp), so
+// Adam and the norms round like the CPU backend.
+std::string build_options(cl_device_id d) {
+  cl_device_fp_config fp = 0;
+  if (clGetDeviceInfo(d, CL_DEVICE_SINGLE_FP_CONFIG, sizeof fp, &fp, nullptr) == CL_SUCCESS &&
+      (fp & CL_FP_CORRECTLY_ROUNDED_DIVIDE_SQRT) != 0)
+    return "-cl-fp32-correctly-rounded-divide-sqrt";
+  return "";
+}
 // Bumped when the cache format or the meaning of the key changes.
 constexpr const char* kCacheVersion = "cleave-opencl-program-1";
 // Work-items per group for one-item-per-element kernels.
@@ -471,10 +479,11 @@ OpenclDevice::OpenclDevice(const DeviceOptions& opts, bool require_gpu) : s_(std
   const auto t0 = std::chrono::steady_clock::now();
   const std::string source = program_source();
   const std::string dir = opencl_cache_dir(opts.cache_dir);
+  const std::string options = build_options(s.device);
   const std::string key = program_cache_key({kCacheVersion, source, s.device_name,
                                              device_string(s.device, CL_DEVICE_VERSION),
                                              device_string(s.device, CL_DRIVER_VERSION), s.platform_name,
-                                             platform_string(s.platform, CL_PLATFORM_VERSION), kBuildOptions});
+                                             platform_string(s.platform, CL_PLATFORM_VERSION), options});
   if (!dir.empty()) s.cache_file = cached_program_path(dir, key);
   if (auto binary = read_cached_program(dir, key)) {
     const unsigned char* bin = binary->data();
@@ -482,7 +491,7 @@ OpenclDevice::OpenclDevice(const DeviceOptions& opts, bool require_gpu) : s_(std
     cl_int status = CL_SUCCESS;
     cl_program p = clCreateProgramWithBinary(s.context, 1, &s.device, &len, &bin, &status, &err);
     if (err == CL_SUCCESS && status == CL_SUCCESS &&
-        clBuildProgram(p, 1, &s.device, kBuildOptions, nullptr, nullptr) == CL_SUCCESS) {
+        clBuildProgram(p, 1, &s.device, options.c_str(), nullptr, nullptr) == CL_SUCCESS) {
       s.program = p;
       s.from_cache = true;
     } else if (p != nullptr) {
@@ -494,7 +503,7 @@ OpenclDevice::OpenclDevice(const DeviceOptions& opts, bool require_gpu) : s_(std
     const size_t len = source.size();
     s.program = clCreateProgramWithSource(s.context, 1, &text, &len, &err);
     CLEAVE_CL_CHECK(err);
-    err = clBuildProgram(s.program, 1, &s.device, kBuildOptions, nullptr, nullptr);
+    err = clBuildProgram(s.program, 1, &s.device, options.c_str(), nullptr, nullptr);
     if (err != CL_SUCCESS)
       throw std::runtime_error("opencl: building the kernels (kernels/opencl/*.cl) for " + s.device_name +
                                " failed with " + detail::cl_error_name(err) + ":\n" +

@@ -133,6 +133,24 @@ void require_error(const std::string& args, const std::vector<std::string>& need
   }
 }
 
+// A small model (conv with stride and padding, dropout) so that the tests that start
+// many runs stay fast; it goes through the same trainer as models/*.json.
+std::string write_small_model(const TempDir& dir) {
+  const std::string path = dir.file("small.json");
+  write_text(path, R"({
+    "name": "small", "input": [1, 28, 28], "loss": "cross_entropy",
+    "layers": [
+      {"type": "conv2d", "out_channels": 4, "kernel": 3, "stride": 2, "padding": 1},
+      {"type": "relu"},
+      {"type": "flatten"},
+      {"type": "linear", "out_features": 64},
+      {"type": "relu"},
+      {"type": "dropout", "p": 0.2},
+      {"type": "linear", "out_features": 10}
+    ]})");
+  return path;
+}
+
 bool have_fashion_mnist() {
   const char* env = std::getenv("CLEAVE_DATA_DIR");
   const std::string dir = env ? env : "/usr/share/datasets/fashion-mnist";
@@ -184,9 +202,10 @@ TEST_CASE("cleave train --local writes the result JSON", "[cli]") {
 TEST_CASE("cleave train: the same seed gives the same losses, another seed differs", "[cli]") {
   REQUIRE(have_fashion_mnist());
   TempDir dir;
-  const auto a = losses_of(train_ok(dir, small_train(kMlp, "--epochs 1 --seed 7")));
-  const auto b = losses_of(train_ok(dir, small_train(kMlp, "--epochs 1 --seed 7")));
-  const auto c = losses_of(train_ok(dir, small_train(kMlp, "--epochs 1 --seed 8")));
+  const std::string small = write_small_model(dir);
+  const auto a = losses_of(train_ok(dir, small_train(small, "--epochs 1 --seed 7")));
+  const auto b = losses_of(train_ok(dir, small_train(small, "--epochs 1 --seed 7")));
+  const auto c = losses_of(train_ok(dir, small_train(small, "--epochs 1 --seed 8")));
   REQUIRE(a.size() == 16);
   CHECK(a == b);  // bit-identical
   REQUIRE(c.size() == a.size());
@@ -198,15 +217,15 @@ TEST_CASE("cleave train: resuming from a checkpoint gives the uninterrupted run'
   REQUIRE(have_fashion_mnist());
   TempDir dir;
   const std::string ck = dir.file("run.ck");
-  const nlohmann::json full = train_ok(dir, small_train(kMlp, "--epochs 2 --seed 5"));
+  const nlohmann::json full = train_ok(dir, small_train(small, "--epochs 2 --seed 5"));
   const auto all = losses_of(full);
   REQUIRE(all.size() == 32);
 
   SECTION("at an epoch boundary") {
-    const auto first = losses_of(train_ok(dir, small_train(kMlp, "--epochs 1 --seed 5 --save '" + ck + "'")));
+    const auto first = losses_of(train_ok(dir, small_train(small, "--epochs 1 --seed 5 --save '" + ck + "'")));
     REQUIRE(first.size() == 16);
     require_same_losses(first, all, 0);
-    const nlohmann::json rest = train_ok(dir, small_train(kMlp, "--epochs 2 --seed 5 --load '" + ck + "'"));
+    const nlohmann::json rest = train_ok(dir, small_train(small, "--epochs 2 --seed 5 --load '" + ck + "'"));
     CHECK(rest.at("start_step") == 16);
     REQUIRE(rest.at("steps") == 16);
     require_same_losses(losses_of(rest), all, 16);
@@ -217,7 +236,7 @@ TEST_CASE("cleave train: resuming from a checkpoint gives the uninterrupted run'
     for (int stop : {10, 20}) {  // inside epoch 1, and inside epoch 2
       INFO("stopped after " << stop << " steps");
       const auto first = losses_of(
-          train_ok(dir, small_train(kMlp, "--epochs 2 --seed 5 --max-steps " + std::to_string(stop) + " --save '" +
+          train_ok(dir, small_train(small, "--epochs 2 --seed 5 --max-steps " + std::to_string(stop) + " --save '" +
                                               ck + "'")));
       REQUIRE(first.size() == static_cast<size_t>(stop));
       require_same_losses(first, all, 0);
@@ -225,7 +244,7 @@ TEST_CASE("cleave train: resuming from a checkpoint gives the uninterrupted run'
       CHECK(st.position.step == stop);
       CHECK(st.position.epoch == stop / 16);
       CHECK(st.position.batch == stop % 16);
-      const nlohmann::json rest = train_ok(dir, small_train(kMlp, "--epochs 2 --seed 5 --load '" + ck + "'"));
+      const nlohmann::json rest = train_ok(dir, small_train(small, "--epochs 2 --seed 5 --load '" + ck + "'"));
       REQUIRE(rest.at("steps") == 32 - stop);
       require_same_losses(losses_of(rest), all, static_cast<size_t>(stop));
       CHECK(rest.at("test_loss").get<double>() == Approx(full.at("test_loss").get<double>()).epsilon(1e-6));
@@ -233,10 +252,10 @@ TEST_CASE("cleave train: resuming from a checkpoint gives the uninterrupted run'
   }
   SECTION("a periodic --save-every checkpoint resumes too") {
     const auto first = losses_of(
-        train_ok(dir, small_train(kMlp, "--epochs 2 --seed 5 --max-steps 14 --save-every 6 --save '" + ck + "'")));
+        train_ok(dir, small_train(small, "--epochs 2 --seed 5 --max-steps 14 --save-every 6 --save '" + ck + "'")));
     REQUIRE(first.size() == 14);
     // The final save (after step 14) overwrote the periodic ones; resume from it.
-    const nlohmann::json rest = train_ok(dir, small_train(kMlp, "--epochs 2 --seed 5 --load '" + ck + "'"));
+    const nlohmann::json rest = train_ok(dir, small_train(small, "--epochs 2 --seed 5 --load '" + ck + "'"));
     require_same_losses(losses_of(rest), all, 14);
   }
 }
@@ -245,14 +264,14 @@ TEST_CASE("cleave train refuses damaged checkpoints and bad input with clear err
   REQUIRE(have_fashion_mnist());
   TempDir dir;
   const std::string ck = dir.file("good.ck");
-  train_ok(dir, small_train(kMlp, "--epochs 1 --max-steps 2 --save '" + ck + "'"));
+  train_ok(dir, small_train(small, "--epochs 1 --max-steps 2 --save '" + ck + "'"));
   const std::string bytes = read_bytes(ck);
   REQUIRE(bytes.size() > 1000);
 
   SECTION("truncated checkpoint") {
     const std::string bad = dir.file("truncated.ck");
     write_text(bad, bytes.substr(0, bytes.size() / 2));
-    require_error(small_train(kMlp, "--epochs 1 --load '" + bad + "'"), {bad});
+    require_error(small_train(small, "--epochs 1 --load '" + bad + "'"), {bad});
     require_error("export --checkpoint '" + bad + "' --out '" + dir.file("w.safetensors") + "'", {bad});
     CHECK_FALSE(fs::exists(dir.file("w.safetensors")));
   }
@@ -261,23 +280,23 @@ TEST_CASE("cleave train refuses damaged checkpoints and bad input with clear err
     std::string copy = bytes;
     copy[copy.size() - 1000] = static_cast<char>(copy[copy.size() - 1000] ^ 0x10);
     write_text(bad, copy);
-    require_error(small_train(kMlp, "--epochs 1 --load '" + bad + "'"), {bad});
+    require_error(small_train(small, "--epochs 1 --load '" + bad + "'"), {bad});
   }
   SECTION("empty and non-checkpoint files") {
     const std::string empty = dir.file("empty.ck");
     write_text(empty, "");
-    require_error(small_train(kMlp, "--epochs 1 --load '" + empty + "'"), {empty});
+    require_error(small_train(small, "--epochs 1 --load '" + empty + "'"), {empty});
     const std::string text = dir.file("text.ck");
     write_text(text, "this is not a checkpoint, just some text that is long enough to have a header\n");
-    require_error(small_train(kMlp, "--epochs 1 --load '" + text + "'"), {text});
+    require_error(small_train(small, "--epochs 1 --load '" + text + "'"), {text});
   }
   SECTION("missing checkpoint") {
     const std::string missing = dir.file("missing.ck");
-    require_error(small_train(kMlp, "--epochs 1 --load '" + missing + "'"), {missing});
+    require_error(small_train(small, "--epochs 1 --load '" + missing + "'"), {missing});
   }
   SECTION("checkpoint of another model or batch size") {
     require_error(small_train(kCnn, "--epochs 1 --load '" + ck + "'"), {ck, "different model"});
-    require_error(small_train(kMlp, "--epochs 1 --load '" + ck + "'", "16"), {ck, "--batch"});
+    require_error(small_train(small, "--epochs 1 --load '" + ck + "'", "16"), {ck, "--batch"});
   }
   SECTION("missing model file") {
     const std::string missing = dir.file("nope.json");
@@ -299,11 +318,11 @@ TEST_CASE("cleave train refuses damaged checkpoints and bad input with clear err
     require_error(small_train(bad_field, "--epochs 1"), {bad_field, "layer 1", "out_features"});
   }
   SECTION("missing dataset directory") {
-    require_error(small_train(kMlp, "--epochs 1 --dataset-dir /nonexistent/fmnist"),
+    require_error(small_train(small, "--epochs 1 --dataset-dir /nonexistent/fmnist"),
                   {"/nonexistent/fmnist", "apt-get install dataset-fashion-mnist", "--dataset-dir"});
   }
   SECTION("--nesterov without momentum") {
-    require_error(small_train(kMlp, "--epochs 1 --nesterov", "32", "sgd --lr 0.01"), {"nesterov", "momentum"});
+    require_error(small_train(small, "--epochs 1 --nesterov", "32", "sgd --lr 0.01"), {"nesterov", "momentum"});
   }
   SECTION("--init with weights of another model") {
     const std::string w = dir.file("mlp.safetensors");

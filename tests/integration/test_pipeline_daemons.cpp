@@ -140,7 +140,7 @@ TEST_CASE("a daemon that dies mid-run stops the coordinator with the device and 
   CHECK(std::chrono::duration<double>(stopped_at - killed_at).count() < 10.0);
 }
 
-TEST_CASE("an assignment that does not fit is refused with sizes; the daemon serves on", "[integration][pipeline]") {
+TEST_CASE("an assignment that does not fit is refused with sizes and the daemon serves on", "[integration][pipeline]") {
   if (!have_fashion_mnist()) {
     WARN("Fashion-MNIST not installed: skipping");
     return;
