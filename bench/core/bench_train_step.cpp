@@ -13,8 +13,11 @@
 // repetitions. PyTorch (bench/core/torch_train_step.py, kept running as one
 // --serve subprocess) runs the same model, batch, thread count and step count,
 // and its repetitions alternate with cleave's so that both see the same machine
-// load. The BLAS rate is cblas_sgemm itself at the MLP's GEMM shapes and at
-// 1024^3, in the same process and with the same thread count.
+// load. The BLAS rate is cblas_sgemm itself, in the same process and with the
+// same thread count: per shape (the MLP's GEMMs and 1024^3), and as a "GEMM-only
+// step" that runs exactly the MLP's GEMMs, timed right after each of cleave's
+// repetitions; the MLP's fraction of sgemm is the median over repetitions of
+// (GEMM-only time / cleave step time), which a noisy machine disturbs least.
 //
 // FLOPs: the GEMM FLOPs a training step needs, from the layer shapes: per Linear
 // / Conv2d, forward 2*B*W*S, weight gradient 2*B*W*S and input gradient
@@ -29,6 +32,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -327,6 +331,44 @@ GemmRate measure_sgemm(const GemmShape& s, int reps, double seconds) {
   }
   return r;
 }
+
+// A "perfect" training step: only cblas_sgemm, on exactly the GEMMs a model's step needs.
+// Timed right next to cleave's steps, it gives the sgemm rate under the same machine load.
+class GemmStep {
+ public:
+  explicit GemmStep(std::vector<GemmShape> shapes) : shapes_(std::move(shapes)) {
+    cleave::Rng rng(43);
+    for (const GemmShape& s : shapes_) {
+      bufs_.push_back({std::vector<float>(static_cast<size_t>(s.m * s.k)), std::vector<float>(static_cast<size_t>(s.k * s.n)),
+                       std::vector<float>(static_cast<size_t>(s.m * s.n), 0.f)});
+      for (float& v : bufs_.back()[0]) v = rng.uniform(-1, 1);
+      for (float& v : bufs_.back()[1]) v = rng.uniform(-1, 1);
+    }
+  }
+  double flops() const {
+    double f = 0;
+    for (const GemmShape& s : shapes_) f += s.flops();
+    return f;
+  }
+  // Wall seconds of `steps` rounds of all the GEMMs.
+  double time(int64_t steps) {
+    const auto t0 = Clock::now();
+    for (int64_t i = 0; i < steps; ++i)
+      for (size_t j = 0; j < shapes_.size(); ++j) {
+        const GemmShape& s = shapes_[j];
+        auto& b = bufs_[j];
+        cblas_sgemm(CblasRowMajor, s.ta ? CblasTrans : CblasNoTrans, s.tb ? CblasTrans : CblasNoTrans,
+                    static_cast<int>(s.m), static_cast<int>(s.n), static_cast<int>(s.k), 1.0f, b[0].data(),
+                    static_cast<int>(s.ta ? s.m : s.k), b[1].data(), static_cast<int>(s.tb ? s.k : s.n), 0.0f,
+                    b[2].data(), static_cast<int>(s.n));
+      }
+    return since(t0);
+  }
+
+ private:
+  std::vector<GemmShape> shapes_;
+  std::vector<std::array<std::vector<float>, 3>> bufs_;  // A, B, C per shape
+};
 
 // ---------------------------------------------------------------------------------------------
 // cleave's training step
@@ -653,11 +695,20 @@ int main(int argc, char** argv) {
           const double per_step = since(t0) / static_cast<double>(n);
           steps = std::clamp<int64_t>(static_cast<int64_t>(opt.seconds / opt.reps / per_step + 0.5), 2, 1000000);
         }
-        std::vector<double> c_rates, t_rates;
+        std::vector<double> c_rates, t_rates, g_rates, fractions;
         std::string torch_error;
+        std::unique_ptr<GemmStep> gemm_step;
+        if (fc.all_linear()) gemm_step = std::make_unique<GemmStep>(fc.linear_gemms);
         for (int rep = 0; rep < opt.reps; ++rep) {
           run.time(1);  // re-warm after the other framework ran
-          c_rates.push_back(static_cast<double>(steps * m.batch) / run.time(steps));
+          const double c_secs = run.time(steps);
+          c_rates.push_back(static_cast<double>(steps * m.batch) / c_secs);
+          if (gemm_step) {  // the same GEMMs through sgemm alone, right after: same load
+            gemm_step->time(1);
+            const double g_secs = gemm_step->time(steps);
+            g_rates.push_back(gemm_step->flops() * static_cast<double>(steps) / g_secs * 1e-9);
+            fractions.push_back(g_secs / c_secs);
+          }
           if (have_torch && torch_error.empty()) {
             json req = {{"model", opt.models_dir + "/" + m.name + ".json"},
                         {"batch", m.batch},
@@ -680,14 +731,12 @@ int main(int argc, char** argv) {
           std::printf("note: PyTorch failed on %s: %s\n", m.name.c_str(), torch_error.c_str());
         const double c_med = median(c_rates), t_med = t_rates.empty() ? 0.0 : median(t_rates);
         const double gflops = c_med / static_cast<double>(m.batch) * fc.required * 1e-9;
-        // sgemm alone on exactly the model's GEMMs: the rate a perfect step would reach.
+        // sgemm alone on exactly the model's GEMMs (interleaved with cleave's repetitions):
+        // the fraction is the median over repetitions of (sgemm-only time / cleave step time).
         const bool all_linear = fc.all_linear();
-        double shapes_time = 0;
-        if (all_linear)
-          for (const GemmShape& g : fc.linear_gemms) shapes_time += g.flops() / (rate.at(g.label()) * 1e9);
-        const double shapes_rate = shapes_time > 0 ? fc.required / shapes_time * 1e-9 : 0;
+        const double shapes_rate = median(g_rates);
         Row row{m.name, threads, m.batch, steps, c_med, t_med, gflops, gflops / square_rate,
-                all_linear && shapes_rate > 0 ? gflops / shapes_rate : 0.0, true};
+                all_linear ? median(fractions) : 0.0, true};
         rows.push_back(row);
         json rj = {{"model", m.name},
                    {"batch", m.batch},
@@ -702,7 +751,9 @@ int main(int argc, char** argv) {
                    {"sgemm_square_1024_gflops", square_rate},
                    {"fraction_of_sgemm_square", row.frac_square}};
         if (all_linear) {
-          rj["sgemm_same_gemms_gflops"] = shapes_rate;
+          rj["sgemm_same_gemms_gflops"] = g_rates;
+          rj["sgemm_same_gemms_median_gflops"] = shapes_rate;
+          rj["fractions_of_sgemm_same_gemms"] = fractions;
           rj["fraction_of_sgemm_same_gemms"] = row.frac_shapes;
         }
         if (!t_rates.empty()) {
@@ -738,8 +789,9 @@ int main(int argc, char** argv) {
                 r.frac_shapes > 0 ? fmt("%.1f%%", 100 * r.frac_shapes).c_str() : "-");
   }
   std::printf("ratio = cleave / torch (medians); GFLOP/s counts the GEMM FLOPs a step needs; %%sgemm1024 = that\n"
-              "rate over cblas_sgemm 1024^3 at the same thread count; %%sgemm-same = over cblas_sgemm running\n"
-              "exactly the model's Linear GEMMs (MLP only).\n");
+              "rate over cblas_sgemm 1024^3 at the same thread count; %%sgemm-same = time of cblas_sgemm alone on\n"
+              "exactly the model's GEMMs over cleave's step time, each repetition right after cleave's\n"
+              "(median; MLP only).\n");
 
   report["sgemm"] = sgemm_json;
   report["results"] = results;

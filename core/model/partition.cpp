@@ -107,8 +107,12 @@ Tensor Partition::backward(const Tensor& dy, int microbatch, bool need_dx) {
   Stash s = std::move(it->second);
   stash_.erase(it);  // freed whatever happens below
   Tensor grad = dy;
-  for (size_t l = layers_.size(); l-- > 0;) {
-    const bool want_dx = l > 0 || need_dx;
+  // Without need_dx, layers before the first one with parameters need no backward at all.
+  size_t stop = 0;
+  if (!need_dx)
+    while (stop < layers_.size() && layers_[stop]->param_count() == 0) ++stop;
+  for (size_t l = layers_.size(); l-- > stop;) {
+    const bool want_dx = l > stop || need_dx;
     Tensor dx;
     if (want_dx) dx = Tensor(*device_, s.acts[l].shape());
     layers_[l]->backward(s.acts[l], s.acts[l + 1], grad, want_dx ? &dx : nullptr, s.contexts[l]);

@@ -23,7 +23,7 @@ namespace cleave {
 namespace {
 
 // Below this many elementary operations a loop runs on the calling thread.
-constexpr int64_t kMinParallelWork = 1 << 15;
+constexpr int64_t kMinParallelWork = 1 << 21;
 constexpr size_t kAlignment = 64;
 
 std::string mib(size_t bytes) {
@@ -313,7 +313,10 @@ void CpuDevice::activation_backward(Activation act, const Tensor& x, const Tenso
       ck.same(ref, "x", n);
       const float* pr = ptr(ref);
       run_chunks(team_size(n, 1), n, [&](int, int64_t b, int64_t e) {
-        for (int64_t i = b; i < e; ++i) pdx[i] = pr[i] > 0.f ? pdy[i] : 0.f;
+        for (int64_t i = b; i < e; ++i) {
+          const float gi = pdy[i];  // unconditional load: the select compiles to a blend, not a branch
+          pdx[i] = pr[i] > 0.f ? gi : 0.f;
+        }
       });
       return;
     }
@@ -941,7 +944,7 @@ void CpuDevice::adam_step(const Tensor& params, const Tensor& grads, const Tenso
   const float b1 = s.beta1, b2 = s.beta2, eps = s.eps;
   const float decay = s.decoupled ? 1.f - s.lr * s.weight_decay : 1.f;
   const float l2 = s.decoupled ? 0.f : s.weight_decay;
-  run_chunks(team_size(n, 8), n, [&](int, int64_t b, int64_t e) {
+  run_chunks(team_size(n, 8), n, [&, p, g, pm, pv, step_size, inv_sqrt_bc2, b1, b2, eps, decay, l2](int, int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) {
       const float pi = p[i] * decay;
       const float gi = g[i] + l2 * pi;
