@@ -357,7 +357,7 @@ nlohmann::json Driver::run() {
       collect(step, t_epoch, first_step, epoch_samples);
       train_seconds += seconds_since(t_epoch);
       char summary[64];
-      std::snprintf(summary, sizeof summary, "%.0f samples/s", epoch_samples / std::max(1e-9, seconds_since(t_epoch)));
+      std::snprintf(summary, sizeof summary, "%.1f s", seconds_since(t_epoch));
       bar.end(summary);
     }
     current_step_ = step;
@@ -378,7 +378,6 @@ nlohmann::json Driver::run() {
       fail("gathered " + std::to_string(params.size()) + " parameters from the stages but the model has " +
            std::to_string(whole.param_count()));
     whole.params().from_host(params);
-    EvalResult ev = evaluate(whole, test, 256);
 
     // 6. Finish: collect traces and busy times.
     std::vector<TraceEvent> events;
@@ -393,6 +392,9 @@ nlohmann::json Driver::run() {
       busy.push_back({{"stage", s}, {"device", devices_[s].name}, {"busy_seconds", detail.value("busy", nlohmann::json::object())}});
     }
     assigned_ = false;
+    // Evaluate only after the daemons are released: this takes seconds in
+    // which no daemon has reason to talk to us.
+    EvalResult ev = evaluate(whole, test, 256);
     if (opts_.shutdown_daemons)
       for (const auto& d : devices_) (void)server_->send(d.name, control(ControlCommand::kShutdown, {{"op", "shutdown"}}));
 

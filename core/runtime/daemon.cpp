@@ -60,6 +60,16 @@ class CoordinatorChannel {
       Message reply;
       reply.body = *hb;
       (void)client_.send(reply);
+    } else if (auto* pr = std::get_if<ProbeMsg>(&m.body)) {
+      // Link measurement: echo probes straight back (same size), so the
+      // coordinator can time round trips over this encrypted link.
+      if (pr->echo) {
+        Message reply;
+        reply.request_id = m.request_id;
+        reply.body = ProbeMsg{pr->sequence, pr->payload_bytes, false};
+        reply.payloads = std::move(m.payloads);
+        (void)client_.send(reply);
+      }
     } else if (auto* t = std::get_if<TensorMsg>(&m.body)) {
       std::vector<float> values = tensor_values(m);
       tensors_[{static_cast<int>(t->kind), t->step, t->micro_batch}] =
