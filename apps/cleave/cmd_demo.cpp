@@ -26,6 +26,7 @@ void add_demo_command(CLI::App& root) {
     int64_t batch = 64;
     std::string model = "models/cnn.json";
     std::string schedule = "1f1b";
+    std::string planner = "balance";
     std::string json_path, trace_path, dataset_dir, keep;
     int64_t limit_train = -1, limit_test = -1;
     uint64_t seed = 1;
@@ -36,6 +37,8 @@ void add_demo_command(CLI::App& root) {
   cmd->add_option("--epochs", o->epochs, "Passes over Fashion-MNIST")->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_option("--model", o->model, "Model JSON")->capture_default_str();
   cmd->add_option("--schedule", o->schedule, "gpipe | 1f1b")->capture_default_str()->check(CLI::IsMember({"gpipe", "1f1b"}));
+  cmd->add_option("--planner", o->planner, "balance (one stage per daemon) | auto (profile and plan)")
+      ->capture_default_str()->check(CLI::IsMember({"auto", "balance"}));
   cmd->add_option("--microbatches", o->microbatches, "Micro-batches per batch")->capture_default_str();
   cmd->add_option("--batch", o->batch, "Batch size")->capture_default_str();
   cmd->add_option("--threads", o->threads, "CPU threads per daemon")->capture_default_str();
@@ -94,6 +97,7 @@ void add_demo_command(CLI::App& root) {
       cl.allow_path = dir + "/allow";
       cl.listen = "tcp://127.0.0.1:*";
       cl.schedule = o->schedule;
+      cl.planner = o->planner;
       cl.trace_path = o->trace_path;
       cl.shutdown_daemons = true;
       cl.register_timeout_ms = 60000;

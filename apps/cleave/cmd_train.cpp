@@ -35,6 +35,9 @@ void add_train_command(CLI::App& root) {
       ->capture_default_str();
   cmd->add_option("--peer-timeout", cluster->peer_timeout_ms, "Pipeline: a device silent this many ms is declared dead")
       ->capture_default_str();
+  cmd->add_option("--planner", cluster->planner,
+                  "Pipeline: auto (profile devices and links, plan stages) | balance (even split over all devices)")
+      ->capture_default_str()->check(CLI::IsMember({"auto", "balance"}));
   cmd->add_flag("--insecure", cluster->insecure, "Pipeline: plain TCP without CURVE (logs a warning)");
   cmd->callback([flags, local, cluster]() {
     finish_train_flags(*flags);

@@ -5,6 +5,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "core/data/shard.h"
 #include "core/runtime/daemon.h"
 #include "device/device.h"
 #include "transport/link.h"
@@ -35,10 +36,30 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_flag("--insecure", o.insecure, "Plain TCP without CURVE (logs a warning; for debugging only)");
   app.add_flag("-v,--verbose", verbose, "Log more");
+  // Federated client data (cleave fed): the daemon trains on its own shard and never sends a sample.
+  std::string shard, data_path;
+  app.add_option("--dataset", o.fed.dataset, "Federated client: fashion-mnist, a CSV file or an IDX directory");
+  app.add_option("--data", data_path, "Federated client: any IDX directory or CSV file (same as --dataset PATH)");
+  app.add_option("--dataset-dir", o.fed.dataset_dir, "Federated client: where Fashion-MNIST lives");
+  app.add_option("--shard", shard, "Federated client: this client's shard i/N (i from 0), e.g. 0/4");
+  app.add_option("--partition", o.fed.partition, "Federated client: iid | dirichlet:ALPHA")->capture_default_str();
+  app.add_option("--seed", o.fed.seed, "Federated client: partition seed (the same on every client)")
+      ->capture_default_str();
+  app.add_option("--limit-train", o.fed.limit, "Federated client: shard only the first N training samples");
+  // Test hook, hidden from --help: corrupt every update this client sends (nan | inf | shape).
+  app.add_option("--poison", o.fed.poison)->group("")->check(CLI::IsMember({"nan", "inf", "shape"}));
   CLI11_PARSE(app, argc, argv);
   try {
     if (!o.insecure && (o.key_path.empty() || o.coordinator_key_path.empty()))
       throw std::runtime_error("--key and --coordinator-key are required (or --insecure)");
+    if (!data_path.empty()) {
+      if (!o.fed.dataset.empty()) throw std::runtime_error("give either --dataset or --data, not both");
+      o.fed.dataset = data_path;
+    }
+    if (!shard.empty()) cleave::parse_shard_spec(shard, o.fed.shard, o.fed.num_shards);
+    if (!shard.empty() && o.fed.dataset.empty()) throw std::runtime_error("--shard needs --dataset or --data");
+    if (!o.fed.poison.empty() && o.fed.dataset.empty()) throw std::runtime_error("--poison needs --dataset or --data");
+    cleave::parse_shard_scheme(o.fed.partition);
     if (!memory_limit.empty()) o.memory_limit = cleave::parse_bytes(memory_limit);
     if (!bandwidth_limit.empty()) o.bandwidth_limit = cleave::transport::parse_bandwidth(bandwidth_limit);
     cleave::transport::set_log_level(verbose ? cleave::transport::LogLevel::kDebug : cleave::transport::LogLevel::kInfo);

@@ -18,6 +18,10 @@
 #include "core/nn/layer.h"
 #include "core/pipeline/schedule.h"
 #include "core/pipeline/trace.h"
+#include "core/planner/devices_file.h"
+#include "core/planner/plan_report.h"
+#include "core/planner/planner.h"
+#include "core/planner/profile.h"
 #include "core/runtime/wire.h"
 #include "core/train/evaluate.h"
 #include "core/train/progress.h"
@@ -91,11 +95,18 @@ class Driver {
   [[noreturn]] void fail(const std::string& text);
   Received wait_for_reply(const std::string& peer, uint64_t request_id, const char* what, Millis timeout);
   void stop_all(bool shutdown);
+  // Planner input from the live devices: per-layer times, memory, links.
+  Cluster profile_cluster(const ModelSpec& spec);
+  void keep_reply(Received&& r);
+  // Round-trip probes to `peer`: (one-way latency ms, bandwidth Mbit/s).
+  std::pair<double, double> probe_link(const std::string& peer);
 
   const TrainConfig& cfg_;
   const ClusterOptions& opts_;
   std::unique_ptr<ServerEndpoint> server_;
   std::vector<Device_> devices_;                // in stage order once assigned
+  std::vector<Device_> idle_;                   // registered, left unused by the planner
+  double predicted_batch_seconds_ = 0;
   std::map<std::string, size_t> by_name_;
   std::map<int64_t, MetricsMsg> last_metrics_;  // step -> metrics of the last stage
   std::map<std::string, int64_t> progress_;     // device -> last step it finished
@@ -103,6 +114,8 @@ class Driver {
   Clock::time_point last_heartbeat_ = Clock::now();
   uint64_t heartbeat_seq_ = 0;
   bool assigned_ = false;
+  std::set<std::string> released_;  // devices whose job ended: they may exit now
+  std::map<std::pair<std::string, uint64_t>, Received> replies_;  // (peer, request id) -> reply
 };
 
 void Driver::fail(const std::string& text) { throw std::runtime_error(text); }
@@ -116,7 +129,7 @@ void Driver::check_health() {
   if (opts_.interrupted && opts_.interrupted()) fail("interrupted");
   if (!assigned_) return;
   for (const PeerEvent& e : server_->take_peer_events()) {
-    if (e.kind == PeerEvent::Kind::kDisconnected && by_name_.count(e.peer)) {
+    if (e.kind == PeerEvent::Kind::kDisconnected && by_name_.count(e.peer) && !released_.count(e.peer)) {
       const auto& d = devices_[by_name_[e.peer]];
       fail("device " + d.name + " (stage " + std::to_string(d.stage) + ") disconnected at step " +
            std::to_string(current_step_));
@@ -131,6 +144,7 @@ void Driver::check_health() {
     for (const auto& d : devices_) (void)server_->send(d.name, m);
   }
   for (const auto& d : devices_) {
+    if (released_.count(d.name)) continue;
     auto since = server_->since_last_seen(d.name);
     if (since && *since > Millis(opts_.peer_timeout_ms))
       fail("device " + d.name + " (stage " + std::to_string(d.stage) + ") stopped responding at step " +
@@ -164,21 +178,107 @@ std::optional<Received> Driver::receive(Millis timeout) {
 Received Driver::wait_for_reply(const std::string& peer, uint64_t request_id, const char* what, Millis timeout) {
   const auto t0 = Clock::now();
   while (Clock::now() - t0 < timeout) {
+    if (auto it = replies_.find({peer, request_id}); it != replies_.end()) {
+      Received r = std::move(it->second);
+      replies_.erase(it);
+      return r;
+    }
     auto got = receive(Millis(100));
-    if (!got) continue;
-    if (got->peer != peer) continue;
-    if (auto* a = std::get_if<AckMsg>(&got->message.body); a && a->request_id == request_id) return std::move(*got);
-    if (auto* w = std::get_if<WeightsMsg>(&got->message.body); w && got->message.request_id == request_id)
-      return std::move(*got);
+    if (got) keep_reply(std::move(*got));
   }
   fail("device " + peer + " did not answer " + what + " within " + std::to_string(timeout.count() / 1000) + " s");
 }
 
 void Driver::stop_all(bool shutdown) {
-  for (const auto& d : devices_) {
+  std::vector<Device_> all = devices_;
+  all.insert(all.end(), idle_.begin(), idle_.end());
+  for (const auto& d : all) {
     (void)server_->send(d.name, control(ControlCommand::kStop, {{"op", "finish"}}));
     if (shutdown) (void)server_->send(d.name, control(ControlCommand::kShutdown, {{"op", "shutdown"}}));
   }
+}
+
+void Driver::keep_reply(Received&& r) {
+  // Replies (acks, weights) are kept until someone waits for them.
+  if (auto* a = std::get_if<AckMsg>(&r.message.body)) {
+    replies_[{r.peer, a->request_id}] = std::move(r);
+  } else if (std::holds_alternative<WeightsMsg>(r.message.body)) {
+    const uint64_t id = r.message.request_id;
+    replies_[{r.peer, id}] = std::move(r);
+  }
+}
+
+std::pair<double, double> Driver::probe_link(const std::string& peer) {
+  auto round_trip = [&](uint64_t bytes) {
+    std::vector<double> rtts;
+    for (int i = 0; i < 3; ++i) {
+      const uint64_t seq = ++heartbeat_seq_;
+      Message m = make_probe_message(seq, bytes, true);
+      const auto t0 = Clock::now();
+      send(peer, m);
+      for (;;) {
+        if (seconds_since(t0) > 30) fail("device " + peer + " did not echo a link probe within 30 s");
+        auto got = receive(Millis(100));
+        if (!got) continue;
+        if (auto* pr = std::get_if<ProbeMsg>(&got->message.body); pr && got->peer == peer && pr->sequence == seq) break;
+        keep_reply(std::move(*got));
+      }
+      rtts.push_back(seconds_since(t0));
+    }
+    std::sort(rtts.begin(), rtts.end());
+    return rtts[1];
+  };
+  const double small = round_trip(64);
+  const uint64_t big_bytes = 4u << 20;
+  const double big = round_trip(big_bytes);
+  const double latency_ms = small / 2 * 1000;
+  const double mbps = 2.0 * static_cast<double>(big_bytes) * 8 / std::max(1e-6, big - small) / 1e6;
+  return {latency_ms, mbps};
+}
+
+Cluster Driver::profile_cluster(const ModelSpec& spec) {
+  Cluster cluster;
+  const int64_t mb_samples = std::max<int64_t>(1, (cfg_.batch + cfg_.microbatches - 1) / cfg_.microbatches);
+  std::vector<double> caps(devices_.size(), 0), mbps(devices_.size(), 0), latency(devices_.size(), 0);
+  // One device at a time, so that devices sharing a machine do not slow each
+  // other's measurements down.
+  for (size_t i = 0; i < devices_.size(); ++i) {
+    const Device_& d = devices_[i];
+    Message m = control(ControlCommand::kStart, {{"op", "profile"}, {"model", spec.to_json()}, {"samples", mb_samples}});
+    m.request_id = 500 + i;
+    send(d.name, m);
+    Received r = wait_for_reply(d.name, 500 + i, "the profiling request", Millis(120000));
+    auto detail = nlohmann::json::parse(std::get<AckMsg>(r.message.body).detail);
+    DeviceProfile dp;
+    dp.name = d.name;
+    dp.memory_bytes = static_cast<int64_t>(d.reg.memory_free);
+    dp.gflops = d.reg.compute_gflops;
+    std::vector<double> secs = detail.at("layer_seconds_per_sample").get<std::vector<double>>();
+    for (double& v : secs)
+      if (v < 0) v = 1e9;  // the layer does not fit this device on its own
+    dp.layer_seconds_per_sample = secs;
+    cluster.devices.push_back(dp);
+    auto details = nlohmann::json::parse(d.reg.details_json.empty() ? "{}" : d.reg.details_json, nullptr, false);
+    if (!details.is_discarded()) caps[i] = details.value("bandwidth_limit_bytes_per_sec", 0.0) * 8 / 1e6;
+    std::tie(latency[i], mbps[i]) = probe_link(d.name);
+    if (cfg_.progress)
+      std::fprintf(stderr, "cleave: profiled %s: link %.0f Mbit/s, %.2f ms%s\n", d.name.c_str(), mbps[i], latency[i],
+                   caps[i] > 0 ? (", sends at most " + std::to_string(static_cast<int>(caps[i])) + " Mbit/s").c_str() : "");
+  }
+  // A link a -> b carries activations out of a and gradients out of b: the
+  // slower sender bounds it. Measured coordinator links stand in for
+  // daemon-to-daemon ones (same network, same encryption).
+  for (size_t a = 0; a < devices_.size(); ++a)
+    for (size_t b = 0; b < devices_.size(); ++b) {
+      if (a == b) continue;
+      LinkProfile l;
+      l.mbps = std::min(mbps[a], mbps[b]);
+      if (caps[a] > 0) l.mbps = std::min(l.mbps, caps[a]);
+      if (caps[b] > 0) l.mbps = std::min(l.mbps, caps[b]);
+      l.latency_ms = std::max(latency[a], latency[b]);
+      cluster.set_link(static_cast<int>(a), static_cast<int>(b), l);
+    }
+  return cluster;
 }
 
 nlohmann::json Driver::run() {
@@ -187,7 +287,7 @@ nlohmann::json Driver::run() {
   Dataset train = load_dataset(cfg_.dataset, cfg_.dataset_dir, true, cfg_.limit_train);
   Dataset test = load_dataset(cfg_.dataset, cfg_.dataset_dir, false, cfg_.limit_test);
   const ScheduleKind schedule = parse_schedule(opts_.schedule);
-  const Encoding encoding = parse_encoding(opts_.encoding);
+  const transport::Encoding encoding = transport::parse_encoding(opts_.encoding);
   if (opts_.devices < 1) fail("--devices must be at least 1");
   if (opts_.devices > spec.num_layers())
     fail(cfg_.model_path + " has " + std::to_string(spec.num_layers()) + " layers: it cannot be split over " +
@@ -230,22 +330,55 @@ nlohmann::json Driver::run() {
     }
   }
 
-  // 2. Plan: contiguous stages balanced by compute (3x forward FLOPs per
-  //    sample for forward + backward) plus the optimizer's per-parameter work.
-  std::vector<double> costs;
-  for (int i = 0; i < spec.num_layers(); ++i) {
-    auto layer = make_layer(spec.layers[i], spec.shapes[i]);
-    costs.push_back(3.0 * static_cast<double>(layer->flops_per_sample(spec.shapes[i])) * static_cast<double>(cfg_.batch) +
-                    10.0 * static_cast<double>(layer->param_count()) + 1.0);
-  }
-  const int p = opts_.devices;
-  std::vector<int> bounds = balance_ranges(costs, p);
+  // 2. Plan. "balance": every device gets a stage, layers split evenly by
+  //    compute (3x forward FLOPs per sample) plus the optimizer's per-parameter
+  //    work. "auto": profile the devices (per-layer times measured on each for
+  //    this model, links probed over their encrypted connections, bandwidth
+  //    limits they declare) and let the planner choose stages and devices.
   std::sort(devices_.begin(), devices_.end(), [](const Device_& a, const Device_& b) { return a.name < b.name; });
+  std::vector<int> bounds;
+  nlohmann::json plan_json, profile_json;
+  if (opts_.planner == "balance" || opts_.devices == 1) {
+    std::vector<double> costs;
+    for (int i = 0; i < spec.num_layers(); ++i) {
+      auto layer = make_layer(spec.layers[i], spec.shapes[i]);
+      costs.push_back(3.0 * static_cast<double>(layer->flops_per_sample(spec.shapes[i])) * static_cast<double>(cfg_.batch) +
+                      10.0 * static_cast<double>(layer->param_count()) + 1.0);
+    }
+    bounds = balance_ranges(costs, opts_.devices);
+  } else if (opts_.planner == "auto") {
+    Cluster cluster = profile_cluster(spec);
+    PlanOptions po;
+    po.schedule = schedule == ScheduleKind::gpipe ? Schedule::gpipe : Schedule::one_f_one_b;
+    po.microbatches = cfg_.microbatches;
+    po.batch = cfg_.batch;
+    po.encoding = cleave::parse_encoding(opts_.encoding);
+    const ModelProfile mp = profile_model(spec, cfg_.optimizer.kind, cfg_.optimizer.momentum);
+    Plan pl = plan(mp, cluster, po);
+    plan_json = to_json(pl, mp);
+    profile_json = cluster_to_json(cluster);
+    if (cfg_.progress) std::fprintf(stderr, "%s", format_plan_table(pl, mp).c_str());
+    std::vector<Device_> ordered;
+    bounds.push_back(0);
+    for (const StagePlan& st : pl.stages) {
+      auto it = std::find_if(devices_.begin(), devices_.end(), [&](const Device_& d) { return d.name == st.device_name; });
+      ordered.push_back(*it);
+      bounds.push_back(st.end);
+    }
+    for (const auto& d : devices_)
+      if (std::none_of(ordered.begin(), ordered.end(), [&](const Device_& o) { return o.name == d.name; }))
+        idle_.push_back(d);
+    devices_ = ordered;
+    predicted_batch_seconds_ = pl.batch_seconds;
+  } else {
+    fail("unknown --planner '" + opts_.planner + "': use auto or balance");
+  }
   by_name_.clear();
   for (size_t i = 0; i < devices_.size(); ++i) {
     devices_[i].stage = static_cast<int>(i);
     by_name_[devices_[i].name] = i;
   }
+  const int p = static_cast<int>(devices_.size());
 
   OptimizerConfig ocfg = cfg_.optimizer;
   BatchLoader loader(train, cfg_.batch, true, cfg_.seed);
@@ -339,11 +472,11 @@ nlohmann::json Driver::run() {
         auto ys = std::make_shared<std::vector<float>>(std::move(batch.y));
         for (int mb = 0; mb < m; ++mb) {
           const int64_t lo = microbatch_offset(batch.size, m, mb), hi = microbatch_offset(batch.size, m, mb + 1);
-          TensorMsg xh{TensorKind::kInput, step, mb, batched(hi - lo, spec.input), Encoding::kF32, 0.f};
+          TensorMsg xh{TensorKind::kInput, step, mb, batched(hi - lo, spec.input), transport::Encoding::kF32, 0.f};
           send(devices_.front().name, make_tensor_message(xh, xs->data() + lo * in_floats,
                                                           static_cast<size_t>((hi - lo) * in_floats), xs));
           TensorMsg yh{TensorKind::kLabels, step, mb, classify ? Shape{hi - lo} : batched(hi - lo, spec.output()),
-                       Encoding::kF32, 0.f};
+                       transport::Encoding::kF32, 0.f};
           send(devices_.back().name, make_tensor_message(yh, ys->data() + lo * target_floats,
                                                          static_cast<size_t>((hi - lo) * target_floats), ys));
         }
@@ -387,6 +520,7 @@ nlohmann::json Driver::run() {
       m.request_id = 4000 + s;
       send(devices_[s].name, m);
       Received r = wait_for_reply(devices_[s].name, m.request_id, "the finish request", Millis(30000));
+      released_.insert(devices_[s].name);
       auto detail = nlohmann::json::parse(std::get<AckMsg>(r.message.body).detail);
       for (const auto& e : detail.value("trace", nlohmann::json::array())) events.push_back(trace_event_from_json(e));
       busy.push_back({{"stage", s}, {"device", devices_[s].name}, {"busy_seconds", detail.value("busy", nlohmann::json::object())}});
@@ -395,8 +529,11 @@ nlohmann::json Driver::run() {
     // Evaluate only after the daemons are released: this takes seconds in
     // which no daemon has reason to talk to us.
     EvalResult ev = evaluate(whole, test, 256);
-    if (opts_.shutdown_daemons)
+    for (const auto& d : idle_) (void)server_->send(d.name, control(ControlCommand::kStop, {{"op", "finish"}}));
+    if (opts_.shutdown_daemons) {
       for (const auto& d : devices_) (void)server_->send(d.name, control(ControlCommand::kShutdown, {{"op", "shutdown"}}));
+      for (const auto& d : idle_) (void)server_->send(d.name, control(ControlCommand::kShutdown, {{"op", "shutdown"}}));
+    }
 
     if (!opts_.trace_path.empty()) {
       double origin = std::numeric_limits<double>::max();
@@ -446,8 +583,19 @@ nlohmann::json Driver::run() {
       plan.push_back({{"stage", d.stage}, {"device", d.name}, {"layers", {bounds[d.stage], bounds[d.stage + 1]}},
                       {"parameters", params_in_stage}});
     }
+    for (const auto& d : idle_) devs.push_back({{"name", d.name}, {"stage", -1}, {"gflops", d.reg.compute_gflops},
+                                                {"memory_free", d.reg.memory_free}});
     out["devices"] = devs;
     out["plan"] = plan;
+    out["planner"] = plan_json.is_null() ? "balance" : "auto";
+    if (!plan_json.is_null()) {
+      out["planner_plan"] = plan_json;
+      out["cluster_profile"] = profile_json;
+      const double measured = step > 0 ? train_seconds / static_cast<double>(step) : 0.0;
+      out["prediction"] = {{"batch_seconds", predicted_batch_seconds_},
+                           {"measured_batch_seconds", measured},
+                           {"measured_over_predicted", predicted_batch_seconds_ > 0 ? measured / predicted_batch_seconds_ : 0.0}};
+    }
     out["stage_busy"] = busy;
     out["bubble_theoretical"] = static_cast<double>(p - 1) / static_cast<double>(cfg_.microbatches + p - 1);
     if (!opts_.trace_path.empty()) out["trace"] = opts_.trace_path;

@@ -29,7 +29,7 @@ struct ClusterOptions {
   std::string schedule = "gpipe";       // gpipe | 1f1b
   std::string encoding = "f32";         // activations/gradients between stages: f32 | f16 | int8
   std::string trace_path;               // Chrome trace output ("" = none)
-  std::string planner = "auto";         // auto (planner when available) | balance
+  std::string planner = "auto";         // auto: profile + planner; balance: even split over all devices
   bool insecure = false;
   int register_timeout_ms = 120000;     // waiting for N daemons
   int peer_timeout_ms = 5000;           // a daemon silent this long is declared dead

@@ -15,6 +15,7 @@
 #include "core/model/model_spec.h"
 #include "core/pipeline/schedule.h"
 #include "core/pipeline/stage.h"
+#include "core/runtime/layer_profile.h"
 #include "core/runtime/memory_estimate.h"
 #include "core/runtime/probe.h"
 #include "core/runtime/wire.h"
@@ -255,6 +256,9 @@ int run_daemon(const DaemonOptions& opts_in, const std::atomic<bool>& stop) {
   dopts.threads = opts.threads;
   dopts.memory_limit = opts.memory_limit;
   auto device = open_device(opts.backend, dopts);
+  // [fed] A federated client loads its shard before it registers (fed_client.h).
+  std::unique_ptr<FedClient> fed;
+  if (opts.fed.enabled()) fed = std::make_unique<FedClient>(opts.fed);
   const double gflops = measure_gflops(*device);
   info(opts.name, "device " + device->name() + ", " + std::to_string(static_cast<int>(gflops)) + " GFLOP/s measured");
 
@@ -281,6 +285,11 @@ int run_daemon(const DaemonOptions& opts_in, const std::atomic<bool>& stop) {
                                     {"backend", backend_name(device->backend())},
                                     {"bandwidth_limit_bytes_per_sec", opts.bandwidth_limit}}
                          .dump();
+    if (fed) {  // [fed] announce the client's data (size only, never samples)
+      nlohmann::json d = nlohmann::json::parse(r.details_json);
+      d.update(fed->register_details());
+      r.details_json = d.dump();
+    }
     Message m;
     m.body = r;
     return m;
@@ -312,6 +321,19 @@ int run_daemon(const DaemonOptions& opts_in, const std::atomic<bool>& stop) {
         if (job) {
           channel.send(error_message(ErrorCode::kUnexpectedKind, opts.name + " is already running a stage", rid));
           continue;
+        }
+        if (is_fed_assign(*a)) {  // [fed] federated job: fed_client.cpp serves it on this connection
+          if (!fed) {
+            channel.send(error_message(ErrorCode::kRefused, opts.name + " is not a federated client: start cleaved "
+                                       "with --dataset and --shard i/N", rid));
+            continue;
+          }
+          const FedJobEnd end = fed->run(client, *device, *a, rid, opts.name, opts.coordinator_timeout_ms, stop);
+          if (end == FedJobEnd::shutdown) return 0;
+          ++jobs_done;
+          channel.heard_now();
+          last_register = Clock::now() - std::chrono::seconds(10);
+          break;
         }
         try {
           auto j = std::make_unique<Job>();
@@ -373,6 +395,17 @@ int run_daemon(const DaemonOptions& opts_in, const std::atomic<bool>& stop) {
         channel.send(ack_message(rid, {{"op", "shutdown"}}));
         info(opts.name, "shutdown requested by the coordinator");
         return 0;
+      }
+      if (!job && c->command == ControlCommand::kStart && op == "profile") {
+        // Planner input: measured per-layer time for the job's model, before any assignment.
+        try {
+          ModelSpec spec = ModelSpec::parse(arg.at("model"), "profiled model");
+          auto seconds = profile_layers(*device, spec, arg.value("samples", static_cast<int64_t>(16)));
+          channel.send(ack_message(rid, {{"op", "profile"}, {"layer_seconds_per_sample", seconds}}));
+        } catch (const std::exception& e) {
+          channel.send(error_message(ErrorCode::kBadMessage, opts.name + " cannot profile the model: " + e.what(), rid));
+        }
+        continue;
       }
       if (!job) {
         if (c->command != ControlCommand::kStop)

@@ -13,6 +13,8 @@
 #include <cstddef>
 #include <string>
 
+#include "core/runtime/fed_client.h"
+
 namespace cleave {
 
 struct DaemonOptions {
@@ -28,6 +30,7 @@ struct DaemonOptions {
   bool insecure = false;           // plain TCP (a warning is logged)
   int max_jobs = -1;               // exit after this many jobs (-1: serve forever)
   int coordinator_timeout_ms = 10000;  // a job is abandoned after this much silence
+  FedClientOptions fed;            // federated client data (--dataset/--shard); empty: none (fed_client.h)
 };
 
 // Runs until `stop` becomes true, a shutdown control arrives, or max_jobs jobs

@@ -65,6 +65,8 @@ TEST_CASE("3 daemons reproduce local training (gpipe and 1f1b)", "[integration][
       cl.key_path = cluster.coordinator_key();
       cl.allow_path = cluster.allow();
       cl.listen = "tcp://127.0.0.1:*";
+      cl.planner = "balance";
+  cl.planner = "balance";
       cl.schedule = schedule;
       cl.register_timeout_ms = 30000;
       cl.shutdown_daemons = true;
@@ -113,6 +115,7 @@ TEST_CASE("a daemon that dies mid-run stops the coordinator with the device and 
   cl.key_path = cluster.coordinator_key();
   cl.allow_path = cluster.allow();
   cl.listen = "tcp://127.0.0.1:*";
+  cl.planner = "balance";
   cl.register_timeout_ms = 30000;
   pid_t victim = 0;
   std::chrono::steady_clock::time_point killed_at;
@@ -152,6 +155,7 @@ TEST_CASE("an assignment that does not fit is refused with sizes and the daemon 
   cl.key_path = cluster.coordinator_key();
   cl.allow_path = cluster.allow();
   cl.listen = "tcp://127.0.0.1:*";
+  cl.planner = "balance";
   cl.register_timeout_ms = 30000;
   cl.on_listening = [&](const std::string& ep) {
     cluster.start(1, ep, {"--memory-limit", "2M"});
@@ -180,6 +184,7 @@ TEST_CASE("a device whose key is not on the allow-list never joins", "[integrati
   cl.key_path = cluster.coordinator_key();
   cl.allow_path = cluster.allow();
   cl.listen = "tcp://127.0.0.1:*";
+  cl.planner = "balance";
   cl.register_timeout_ms = 4000;
   cl.on_listening = [&](const std::string& ep) { cluster.start_all(ep); };
   std::string message;

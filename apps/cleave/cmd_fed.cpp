@@ -1,0 +1,71 @@
+// cmd_fed.cpp: `cleave fed` — federated averaging across cleaved client
+// daemons that each train on their own data (core/runtime/fed_coordinator.h).
+#include <cstdio>
+#include <memory>
+
+#include "apps/cleave/commands.h"
+#include "apps/cleave/train_flags.h"
+#include "core/runtime/fed_coordinator.h"
+#include "core/runtime/processes.h"
+
+namespace cleave {
+
+void add_fed_command(CLI::App& root) {
+  auto* cmd = root.add_subcommand(
+      "fed", "Federated averaging: cleaved clients train on their own data; only weights travel");
+  auto flags = std::make_shared<TrainFlags>();
+  add_train_flags(*cmd, *flags);
+  auto o = std::make_shared<FedOptions>();
+  cmd->add_option("--clients", o->clients, "Federated clients (cleaved --dataset ... --shard i/N) to wait for")
+      ->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--rounds", o->rounds, "Federated rounds")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--local-epochs", o->local_epochs, "Passes over its shard each client makes per round")
+      ->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--fraction", o->fraction, "Share of the live clients sampled each round (seeded)")
+      ->capture_default_str()->check(CLI::Range(0.0, 1.0));
+  cmd->add_option("--min-clients", o->min_clients, "Acceptable updates a round needs (K)")->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--round-timeout", o->round_timeout_s, "Seconds after which a round closes with the updates it has")
+      ->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--strategy", o->strategy, "fedavg | fedprox | median | trimmed-mean")->capture_default_str()
+      ->check(CLI::IsMember({"fedavg", "fedprox", "median", "trimmed-mean"}));
+  auto* mu = cmd->add_option("--mu", o->mu, "FedProx proximal weight (with --strategy fedprox)")->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--trim", o->trim_fraction, "trimmed-mean: share cut from each end per coordinate")
+      ->capture_default_str()->check(CLI::Range(0.0, 0.49));
+  cmd->add_option("--key", o->key_path, "The coordinator's secret key (from `cleave keygen`)");
+  cmd->add_option("--allow", o->allow_path, "Directory of admitted client .pub files (or one key file)");
+  cmd->add_option("--listen", o->listen, "Where clients dial in")->capture_default_str();
+  cmd->add_option("--register-timeout", o->register_timeout_ms, "ms to wait for the clients")->capture_default_str();
+  cmd->add_option("--peer-timeout", o->peer_timeout_ms, "A client silent this many ms is dropped")
+      ->capture_default_str();
+  cmd->add_flag("--shutdown-clients", o->shutdown_clients, "Tell the clients to exit at the end");
+  cmd->add_flag("--insecure", o->insecure, "Plain TCP without CURVE (logs a warning)");
+  cmd->callback([cmd, flags, o, mu]() {
+    // Flags of `cleave train` that mean nothing here: the clients own the training data.
+    for (const char* name : {"--epochs", "--limit-train", "--max-steps", "--microbatches"})
+      if (cmd->get_option(name)->count() > 0)
+        throw CliError(std::string(name) + " does not apply to cleave fed: use --rounds/--local-epochs, and "
+                       "give clients their data with cleaved --dataset/--shard/--limit-train");
+    finish_train_flags(*flags);
+    if (mu->count() > 0 && o->strategy != "fedprox")
+      throw CliError("--mu applies to --strategy fedprox only");
+    if (!o->insecure && (o->key_path.empty() || o->allow_path.empty()))
+      throw CliError("cleave fed needs --key and --allow (or --insecure)");
+    try {
+      o->validate();
+    } catch (const std::exception& e) {
+      throw CliError(e.what());
+    }
+    if (o->insecure) std::fprintf(stderr, "cleave: WARNING: --insecure: links are not encrypted or authenticated\n");
+    install_interrupt_handler();
+    o->interrupted = interrupted;
+    nlohmann::json result = train_federated(flags->config, *o);
+    write_json_file(flags->json_path, result);
+    std::printf("test_accuracy %.4f  rounds %zu  strategy %s  wall %.1f s\n", result["test_accuracy"].get<double>(),
+                result["rounds"].size(), result["strategy"].get<std::string>().c_str(),
+                result["wall_seconds"].get<double>());
+  });
+}
+
+}  // namespace cleave

@@ -1,0 +1,364 @@
+// fed_client.cpp: federated client rounds inside cleaved; see fed_client.h.
+#include "core/runtime/fed_client.h"
+
+#include <chrono>
+#include <cmath>
+#include <deque>
+#include <limits>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+
+#include "core/data/loader.h"
+#include "core/data/shard.h"
+#include "core/model/partition.h"
+#include "core/nn/loss.h"
+#include "core/optim/optimizer.h"
+#include "core/runtime/memory_estimate.h"
+#include "core/runtime/wire.h"
+#include "core/util/rng.h"
+#include "transport/log.h"
+
+namespace cleave {
+
+using namespace transport;
+
+void parse_shard_spec(const std::string& text, int& shard, int& num_shards) {
+  const auto slash = text.find('/');
+  auto bad = [&](const std::string& why) { return std::invalid_argument("--shard " + text + ": " + why); };
+  if (slash == std::string::npos) throw bad("expected i/N, e.g. 0/4 (shards are numbered from 0)");
+  long long i = 0, n = 0;
+  try {
+    size_t used_i = 0, used_n = 0;
+    const std::string a = text.substr(0, slash), b = text.substr(slash + 1);
+    i = std::stoll(a, &used_i);
+    n = std::stoll(b, &used_n);
+    if (used_i != a.size() || used_n != b.size()) throw std::invalid_argument("trailing text");
+  } catch (const std::exception&) {
+    throw bad("expected two integers i/N, e.g. 0/4");
+  }
+  if (n < 1 || n > 1000000) throw bad("the number of shards must be in [1, 1000000]");
+  if (i < 0 || i >= n) throw bad("shard index must be in [0, " + std::to_string(n) + ")");
+  shard = static_cast<int>(i);
+  num_shards = static_cast<int>(n);
+}
+
+bool is_fed_assign(const AssignMsg& assign) {
+  if (assign.training_json.empty()) return false;
+  auto j = nlohmann::json::parse(assign.training_json, nullptr, false);
+  return !j.is_discarded() && j.is_object() && j.value("mode", std::string()) == "fed";
+}
+
+void add_proximal_term(Device& device, const Tensor& grads, const Tensor& params, const Tensor& global, float mu) {
+  if (!std::isfinite(mu) || mu < 0) throw std::invalid_argument("FedProx mu must be finite and >= 0, got " + std::to_string(mu));
+  if (grads.numel() != params.numel() || global.numel() != params.numel())
+    throw std::invalid_argument("proximal term: gradient, parameter and global blocks differ in size (" +
+                                std::to_string(grads.numel()) + ", " + std::to_string(params.numel()) + ", " +
+                                std::to_string(global.numel()) + ")");
+  if (mu == 0) return;
+  device.axpy(mu, params, grads);   // grads += mu * w
+  device.axpy(-mu, global, grads);  // grads -= mu * w_global
+}
+
+FedClient::FedClient(FedClientOptions options) : options_(std::move(options)) {
+  if (!options_.enabled()) throw std::invalid_argument("federated client: no --dataset given");
+  if (options_.num_shards < 1 || options_.shard < 0 || options_.shard >= options_.num_shards)
+    throw std::invalid_argument("federated client: shard " + std::to_string(options_.shard) + " of " +
+                                std::to_string(options_.num_shards) + " is out of range");
+  if (!options_.poison.empty() && options_.poison != "nan" && options_.poison != "inf" && options_.poison != "shape")
+    throw std::invalid_argument("--poison must be nan, inf or shape, got '" + options_.poison + "'");
+  Dataset all = load_dataset(options_.dataset, options_.dataset_dir, /*train=*/true, options_.limit);
+  data_ = subset(all, shard_indices(all, options_.shard, options_.num_shards, options_.partition, options_.seed));
+}
+
+nlohmann::json FedClient::register_details() const {
+  return {{"fed_client", true},
+          {"samples", data_.size()},
+          {"shard", std::to_string(options_.shard) + "/" + std::to_string(options_.num_shards)},
+          {"partition", options_.partition},
+          {"dataset", data_.name}};
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+Shape batched(int64_t n, const Shape& s) {
+  Shape out = s;
+  out.insert(out.begin(), n);
+  return out;
+}
+
+Message error_message(ErrorCode code, const std::string& text, uint64_t request_id) {
+  ErrorMsg e;
+  e.code = code;
+  e.message = text;
+  e.request_id = request_id;
+  Message m;
+  m.request_id = request_id;
+  m.body = e;
+  return m;
+}
+
+Message ack_message(uint64_t request_id, const nlohmann::json& detail) {
+  AckMsg a;
+  a.request_id = request_id;
+  a.detail = detail.dump();
+  Message m;
+  m.request_id = request_id;
+  m.body = a;
+  return m;
+}
+
+// One federated job: the model, the received global block and the connection.
+class FedJob {
+ public:
+  FedJob(ClientEndpoint& client, Device& device, const Dataset& data, const FedClientOptions& options,
+         const std::string& name, int timeout_ms, const std::atomic<bool>& stop)
+      : client_(client), device_(device), data_(data), options_(options), name_(name), timeout_ms_(timeout_ms),
+        stop_(stop) {}
+
+  // Builds the model; throws with a message for the coordinator when it cannot.
+  void setup(const AssignMsg& assign) {
+    spec_ = ModelSpec::parse(nlohmann::json::parse(assign.model_spec_json), "assigned model");
+    training_ = nlohmann::json::parse(assign.training_json);
+    ocfg_ = OptimizerConfig::from_json(nlohmann::json::parse(assign.optimizer_json));
+    if (numel(spec_.input) != data_.sample_numel())
+      throw std::runtime_error(name_ + ": the model's input " + shape_str(spec_.input) + " does not match its data (" +
+                               data_.name + " samples " + shape_str(data_.sample_shape) + ")");
+    const int64_t batch = training_.value("batch", static_cast<int64_t>(64));
+    StageMemory need = estimate_stage_memory(spec_, 0, spec_.num_layers(), ocfg_, batch, 1, 1);
+    need.optimizer += need.params;  // the global block kept for FedProx
+    const MemoryInfo mem = device_.memory();
+    if (need.total() > mem.free)
+      throw OutOfMemory(name_ + " cannot train the model: it needs " + need.describe() + " but only " +
+                        format_mib(mem.free) + " is available");
+    model_ = std::make_unique<Partition>(device_, spec_, 0, spec_.num_layers());
+    model_->init(training_.value("seed", static_cast<uint64_t>(1)));
+    model_->zero_grad();
+    global_ = Tensor(device_, {model_->param_count()});
+  }
+
+  FedJobEnd serve() {
+    for (;;) {
+      if (auto end = pump(Millis(100))) return *end;
+      while (!queued_.empty()) {
+        Message m = std::move(queued_.front());
+        queued_.pop_front();
+        if (auto end = handle(m)) return *end;
+      }
+    }
+  }
+
+ private:
+  // Receives at most one message: answers heartbeats, files weights, queues
+  // commands. Returns how the job ends when it must end now.
+  std::optional<FedJobEnd> pump(Millis timeout) {
+    if (stop_) return FedJobEnd::abandoned;
+    auto r = client_.receive(timeout);
+    if (!r) {
+      if (r.is(FailureKind::kRejected))
+        log(LogLevel::kWarning, "cleaved " + name_ + ": rejected a message from the coordinator: " + r.failure().message);
+      if (Clock::now() - last_heard_ > Millis(timeout_ms_)) {
+        log(LogLevel::kWarning, "cleaved " + name_ + ": federated job abandoned: the coordinator has been silent for " +
+                                    std::to_string(timeout_ms_) + " ms");
+        return FedJobEnd::abandoned;
+      }
+      return std::nullopt;
+    }
+    last_heard_ = Clock::now();
+    Message& m = r.value();
+    if (auto* hb = std::get_if<HeartbeatMsg>(&m.body)) {
+      Message reply;
+      reply.body = *hb;
+      (void)client_.send(reply);
+    } else if (auto* w = std::get_if<WeightsMsg>(&m.body)) {
+      if (w->num_elements != model_->param_count()) {
+        send(error_message(ErrorCode::kShapeMismatch,
+                           name_ + ": global weights of round " + std::to_string(w->round) + " hold " +
+                               std::to_string(w->num_elements) + " values, the model has " +
+                               std::to_string(model_->param_count()),
+                           m.request_id));
+      } else {
+        global_round_ = w->round;
+        global_values_ = weights_values(m);
+      }
+    } else if (std::holds_alternative<ControlMsg>(m.body) || std::holds_alternative<AssignMsg>(m.body)) {
+      queued_.push_back(std::move(m));
+    } else if (!std::holds_alternative<ProbeMsg>(m.body)) {
+      send(error_message(ErrorCode::kUnexpectedKind,
+                         name_ + " is running a federated job: unexpected '" + body_kind_name(m.body) + "' message",
+                         m.request_id));
+    }
+    return std::nullopt;
+  }
+
+  bool stop_queued() const {
+    for (const auto& m : queued_)
+      if (auto* c = std::get_if<ControlMsg>(&m.body))
+        if (c->command == ControlCommand::kStop || c->command == ControlCommand::kShutdown) return true;
+    return false;
+  }
+
+  std::optional<FedJobEnd> handle(const Message& m) {
+    const uint64_t rid = m.request_id;
+    if (std::holds_alternative<AssignMsg>(m.body)) {
+      send(error_message(ErrorCode::kUnexpectedKind, name_ + " is already running a federated job", rid));
+      return std::nullopt;
+    }
+    const auto& c = std::get<ControlMsg>(m.body);
+    nlohmann::json arg;
+    try {
+      arg = control_argument(c);
+    } catch (const std::exception& e) {
+      send(error_message(ErrorCode::kBadMessage, e.what(), rid));
+      return std::nullopt;
+    }
+    if (c.command == ControlCommand::kShutdown) {
+      send(ack_message(rid, {{"op", "shutdown"}}));
+      log(LogLevel::kInfo, "cleaved " + name_ + ": shutdown requested by the coordinator");
+      return FedJobEnd::shutdown;
+    }
+    if (c.command == ControlCommand::kStop) {
+      send(ack_message(rid, {{"op", "finish"}, {"rounds", rounds_done_}}));
+      log(LogLevel::kInfo, "cleaved " + name_ + ": federated job finished after " + std::to_string(rounds_done_) + " round(s)");
+      return FedJobEnd::finished;
+    }
+    const std::string op = arg.value("op", std::string());
+    if (c.command != ControlCommand::kStart || op != "fed_round") {
+      send(error_message(ErrorCode::kBadMessage, "unknown control op '" + op + "' in a federated job", rid));
+      return std::nullopt;
+    }
+    try {
+      return round(arg, rid);
+    } catch (const std::exception& e) {
+      send(error_message(ErrorCode::kInternal, name_ + ": federated round failed: " + e.what(), rid));
+      return std::nullopt;
+    }
+  }
+
+  // Trains on the shard from the global block of this round; sends weights + metrics.
+  std::optional<FedJobEnd> round(const nlohmann::json& arg, uint64_t rid) {
+    const int64_t r = arg.at("round").get<int64_t>();
+    const int epochs = arg.value("local_epochs", 1);
+    const int64_t batch = arg.value("batch", training_.value("batch", static_cast<int64_t>(64)));
+    const float mu = arg.value("mu", 0.0f);
+    if (epochs < 1 || batch < 1) throw std::invalid_argument("local_epochs and batch must be positive");
+    if (global_round_ != r)
+      throw std::runtime_error("no global weights for round " + std::to_string(r) + " arrived before the round started");
+    if (data_.size() == 0) throw std::runtime_error("this client's shard holds no training samples");
+    const auto t0 = Clock::now();
+    model_->params().from_host(global_values_);
+    global_.from_host(global_values_);
+    model_->zero_grad();
+    const uint64_t seed = training_.value("seed", static_cast<uint64_t>(1));
+    BatchLoader loader(data_, batch, /*shuffle=*/true, derive_seed(seed, static_cast<uint64_t>(r), 0xFED,
+                                                                   static_cast<uint64_t>(options_.shard)));
+    OptimizerConfig ocfg = ocfg_;
+    if (ocfg.total_steps == 0) ocfg.total_steps = loader.batches_per_epoch() * epochs;
+    Optimizer opt(device_, ocfg, model_->param_count());  // fresh state every round
+    const bool classify = spec_.loss == LossKind::cross_entropy;
+    double loss_sum = 0;
+    int64_t correct = 0, samples = 0, steps = 0;
+    for (int e = 0; e < epochs; ++e) {
+      loader.start_epoch(e);
+      for (int64_t b = 0; b < loader.batches_per_epoch(); ++b) {
+        // Stay responsive: answer heartbeats, notice a stop.
+        if (auto end = pump(Millis(0))) return end;
+        if (stop_queued()) return std::nullopt;  // the round is abandoned; serve() handles the stop
+        Batch bt = loader.get(b);
+        Tensor x(device_, batched(bt.size, spec_.input));
+        x.from_host(bt.x.data());
+        Tensor t(device_, classify ? Shape{bt.size} : batched(bt.size, spec_.output()));
+        t.from_host(bt.y.data());
+        Tensor y = model_->forward(x, 0, /*training=*/true, derive_seed(seed, static_cast<uint64_t>(r), static_cast<uint64_t>(steps)));
+        Tensor dy(device_, y.shape());
+        LossResult lr = compute_loss(device_, spec_.loss, y, t, dy, 1.0f / static_cast<float>(bt.size));
+        model_->backward(dy, 0, /*need_dx=*/false);
+        add_proximal_term(device_, model_->grads(), model_->params(), global_, mu);
+        opt.step(model_->params(), model_->grads());
+        model_->zero_grad();
+        loss_sum += lr.loss_sum;
+        correct += lr.correct;
+        samples += bt.size;
+        ++steps;
+      }
+    }
+    auto values = std::make_shared<std::vector<float>>(model_->params().to_host());
+    if (options_.poison == "nan") std::fill(values->begin(), values->end(), std::numeric_limits<float>::quiet_NaN());
+    if (options_.poison == "inf") std::fill(values->begin(), values->end(), std::numeric_limits<float>::infinity());
+    if (options_.poison == "shape") values->pop_back();
+    const double train_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    WeightsMsg w;
+    w.stage = 0;
+    w.round = r;
+    w.sample_count = samples;
+    w.num_elements = static_cast<int64_t>(values->size());
+    Message wm;
+    wm.request_id = rid;
+    wm.body = w;
+    wm.payloads.push_back(Payload::of_floats(values));
+    send(wm);
+    MetricsMsg mm;
+    mm.stage = 0;
+    mm.step = r;
+    mm.loss_sum = std::isfinite(loss_sum) ? loss_sum : 0.0;
+    mm.correct = correct;
+    mm.sample_count = samples;
+    mm.timings_json = nlohmann::json{{"train_ms", train_ms}, {"local_steps", steps}, {"loss_finite", std::isfinite(loss_sum)}}.dump();
+    Message metrics;
+    metrics.request_id = rid;
+    metrics.body = mm;
+    send(metrics);
+    ++rounds_done_;
+    log(LogLevel::kInfo, "cleaved " + name_ + ": round " + std::to_string(r + 1) + ": " + std::to_string(samples) +
+                             " samples, local loss " + std::to_string(samples ? loss_sum / static_cast<double>(samples) : 0.0));
+    return std::nullopt;
+  }
+
+ public:
+  void send(const Message& m) {
+    Status s = client_.send(m);
+    if (!s)
+      log(LogLevel::kWarning, "cleaved " + name_ + ": cannot send '" + body_kind_name(m.body) + "' to the coordinator: " +
+                                  s.failure().message);
+  }
+
+ private:
+  ClientEndpoint& client_;
+  Device& device_;
+  const Dataset& data_;
+  const FedClientOptions& options_;
+  std::string name_;
+  int timeout_ms_;
+  const std::atomic<bool>& stop_;
+  ModelSpec spec_;
+  nlohmann::json training_;
+  OptimizerConfig ocfg_;
+  std::unique_ptr<Partition> model_;
+  Tensor global_;
+  int64_t global_round_ = -1;
+  std::vector<float> global_values_;
+  std::deque<Message> queued_;
+  int64_t rounds_done_ = 0;
+  Clock::time_point last_heard_ = Clock::now();
+};
+
+}  // namespace
+
+FedJobEnd FedClient::run(ClientEndpoint& client, Device& device, const AssignMsg& assign, uint64_t assign_request_id,
+                         const std::string& name, int coordinator_timeout_ms, const std::atomic<bool>& stop) {
+  FedJob job(client, device, data_, options_, name, coordinator_timeout_ms, stop);
+  try {
+    job.setup(assign);
+  } catch (const std::exception& e) {
+    log(LogLevel::kWarning, "cleaved " + name + ": refused federated job: " + e.what());
+    job.send(error_message(ErrorCode::kRefused, e.what(), assign_request_id));
+    return FedJobEnd::abandoned;
+  }
+  log(LogLevel::kInfo, "cleaved " + name + ": federated job started (" + std::to_string(data_.size()) + " local samples)");
+  job.send(ack_message(assign_request_id, {{"op", "fed_setup"}, {"samples", data_.size()}}));
+  return job.serve();
+}
+
+}  // namespace cleave

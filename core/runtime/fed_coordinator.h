@@ -1,0 +1,62 @@
+// fed_coordinator.h: federated averaging across cleaved client daemons
+// (`cleave fed`).
+//
+// The coordinator listens (CURVE + allow-list), waits for N federated clients
+// (daemons started with their own data, see fed_client.h), sends each the model
+// once (`assign` with training_json {"mode": "fed"}), then runs rounds: it
+// samples a seeded fraction of the live clients (at least K), sends them the
+// global parameter block (`weights`) and a `control` {"op": "fed_round"}, and
+// collects their new blocks until every sampled client answered, dropped out or
+// the round timeout passed. Updates with NaN/Inf or the wrong size are rejected
+// (logged, counted). With at least K acceptable updates the round aggregates
+// them (core/fed/strategy.h) and evaluates the global model on the test set the
+// coordinator owns; with fewer it fails saying how many arrived. The
+// coordinator never receives a training sample; it records every message kind
+// each client sent so a run can prove it (`messages_from_clients`).
+#pragma once
+
+#include <functional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "core/train/train_config.h"
+
+namespace cleave {
+
+struct FedOptions {
+  int clients = 2;                   // N: clients to wait for
+  int rounds = 1;                    // R
+  int local_epochs = 1;              // E: passes over each client's shard per round
+  double fraction = 1.0;             // F: share of live clients sampled per round, in (0, 1]
+  int min_clients = 1;               // K: acceptable updates a round needs
+  double round_timeout_s = 600;      // a round closes after this long with what it has
+  std::string strategy = "fedavg";   // fedavg | fedprox | median | trimmed-mean
+  double mu = 0.01;                  // FedProx proximal weight (fedprox only)
+  double trim_fraction = 0.1;        // trimmed-mean: share cut from each end per coordinate
+  std::string key_path;              // coordinator's secret key
+  std::string allow_path;            // directory of admitted .pub files (or one file)
+  std::string listen = "tcp://*:7000";
+  bool insecure = false;
+  int register_timeout_ms = 120000;  // waiting for N clients
+  int peer_timeout_ms = 10000;       // a client silent this long is declared dead
+  bool shutdown_clients = false;     // tell the clients to exit at the end
+  std::function<bool()> interrupted;                     // polled; true stops the run (Ctrl-C)
+  std::function<void(const std::string&)> on_listening;  // called with the bound endpoint
+  // Test hook: called after round `round`'s weights and control went out to the sampled clients.
+  std::function<void(int round, const std::vector<std::string>& sampled)> on_round_started;
+
+  // Throws std::invalid_argument naming the first bad setting.
+  void validate() const;
+};
+
+// Runs the federated job described by `config` (model, optimizer, batch,
+// seed, limit_test and dataset for the test set; the training split stays on
+// the clients) and `options`. Returns the result JSON: mode "fed", strategy,
+// clients, rounds [{round, accuracy, loss, train_loss, participating, sampled,
+// dropped, rejected, bytes_down, bytes_up, seconds}], test_accuracy,
+// test_loss, messages_from_clients, devices, ... Throws std::runtime_error with
+// a clear message on failure (too few clients, a round below K updates).
+nlohmann::json train_federated(const TrainConfig& config, const FedOptions& options);
+
+}  // namespace cleave

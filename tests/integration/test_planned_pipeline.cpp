@@ -1,0 +1,74 @@
+// test_planned_pipeline.cpp: issue 5 on one machine — three real daemons, one
+// with a --memory-limit that holds only a few layers, one behind a
+// --bandwidth-limit. The coordinator profiles them (per-layer times, link
+// probes, declared limits), plans, and trains; the plan respects both limits,
+// and the JSON reports the prediction next to the measured time per batch.
+#include <catch2/catch.hpp>
+
+#include "core/data/dataset.h"
+#include "core/runtime/coordinator.h"
+#include "integration/daemon_cluster.h"
+
+using namespace cleave;
+using cleave::testing::DaemonCluster;
+
+TEST_CASE("the planner places stages within memory and bandwidth limits", "[integration][planner]") {
+  try {
+    find_fashion_mnist("");
+  } catch (const std::exception&) {
+    WARN("Fashion-MNIST not installed: skipping");
+    return;
+  }
+  TrainConfig cfg;
+  cfg.model_path = std::string(CLEAVE_SOURCE_DIR) + "/models/mlp.json";
+  cfg.batch = 64;
+  cfg.microbatches = 4;
+  cfg.limit_train = 1280;
+  cfg.limit_test = 200;
+  cfg.optimizer.kind = "adam";
+  cfg.optimizer.lr = 1e-3f;
+  cfg.progress = false;
+  DaemonCluster cluster(3);
+  ClusterOptions cl;
+  cl.devices = 3;
+  cl.key_path = cluster.coordinator_key();
+  cl.allow_path = cluster.allow();
+  cl.listen = "tcp://127.0.0.1:*";
+  cl.planner = "auto";
+  cl.register_timeout_ms = 30000;
+  cl.shutdown_daemons = true;
+  const size_t dev1_limit = 24u << 20;  // one 1024x1024 Linear with Adam state takes 16 MiB
+  cl.on_listening = [&](const std::string& ep) {
+    cluster.start(1, ep, {"--memory-limit", "24M"});
+    cluster.start(2, ep);
+    cluster.start(3, ep, {"--bandwidth-limit", "20mbit"});
+  };
+  nlohmann::json out = train_pipeline(cfg, cl);
+  REQUIRE(out["planner"] == "auto");
+  const auto& stages = out["planner_plan"]["stages"];
+  REQUIRE(stages.size() >= 1);
+  int covered = 0;
+  for (const auto& st : stages) {
+    CHECK(st["layers"][0].get<int>() == covered);
+    covered = st["layers"][1].get<int>();
+    CHECK(st["memory_bytes"].get<int64_t>() <= st["memory_available"].get<int64_t>());
+    if (st["device"] == "dev1") CHECK(st["memory_bytes"].get<int64_t>() <= static_cast<int64_t>(dev1_limit));
+  }
+  CHECK(covered == 8);
+  // The throttled daemon's links were planned at its declared rate.
+  const auto& links = out["cluster_profile"]["links"];
+  bool saw_throttled = false;
+  for (const auto& l : links)
+    if (l["from"] == "dev3" || l["to"] == "dev3") {
+      CHECK(l["mbps"].get<double>() <= 20.0 + 1e-9);
+      saw_throttled = true;
+    }
+  CHECK(saw_throttled);
+  CHECK(out["losses"].size() == 20);
+  const auto& pred = out["prediction"];
+  REQUIRE(pred["batch_seconds"].get<double>() > 0);
+  REQUIRE(pred["measured_batch_seconds"].get<double>() > 0);
+  WARN("planned " << stages.size() << " stage(s); predicted " << pred["batch_seconds"].get<double>()
+                  << " s/batch, measured " << pred["measured_batch_seconds"].get<double>() << " s/batch (ratio "
+                  << pred["measured_over_predicted"].get<double>() << ")");
+}
