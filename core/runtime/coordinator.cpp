@@ -338,7 +338,7 @@ nlohmann::json Driver::run() {
   std::sort(devices_.begin(), devices_.end(), [](const Device_& a, const Device_& b) { return a.name < b.name; });
   std::vector<int> bounds;
   nlohmann::json plan_json, profile_json;
-  if (opts_.planner == "balance" || opts_.devices == 1) {
+  if (!opts_.profile_only && (opts_.planner == "balance" || opts_.devices == 1)) {
     std::vector<double> costs;
     for (int i = 0; i < spec.num_layers(); ++i) {
       auto layer = make_layer(spec.layers[i], spec.shapes[i]);
@@ -346,8 +346,19 @@ nlohmann::json Driver::run() {
                       10.0 * static_cast<double>(layer->param_count()) + 1.0);
     }
     bounds = balance_ranges(costs, opts_.devices);
-  } else if (opts_.planner == "auto") {
+  } else if (opts_.planner == "auto" || opts_.profile_only) {
     Cluster cluster = profile_cluster(spec);
+    if (opts_.profile_only) {
+      // `cleave profile`: release the daemons and return what was measured,
+      // in the devices-file format `cleave plan --devices` reads.
+      for (const auto& d : devices_) (void)server_->send(d.name, control(ControlCommand::kStop, {{"op", "finish"}}));
+      if (opts_.shutdown_daemons)
+        for (const auto& d : devices_) (void)server_->send(d.name, control(ControlCommand::kShutdown, {{"op", "shutdown"}}));
+      nlohmann::json out = cluster_to_json(cluster);  // devices carry "layer_seconds" for this model
+      out["description"] = "measured by cleave profile for model " + spec.name + " (batch " +
+                           std::to_string(cfg_.batch) + ", " + std::to_string(cfg_.microbatches) + " micro-batches)";
+      return out;
+    }
     PlanOptions po;
     po.schedule = schedule == ScheduleKind::gpipe ? Schedule::gpipe : Schedule::one_f_one_b;
     po.microbatches = cfg_.microbatches;

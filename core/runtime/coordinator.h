@@ -34,6 +34,7 @@ struct ClusterOptions {
   int register_timeout_ms = 120000;     // waiting for N daemons
   int peer_timeout_ms = 5000;           // a daemon silent this long is declared dead
   bool shutdown_daemons = false;        // tell daemons to exit at the end (cleave demo)
+  bool profile_only = false;            // `cleave profile`: register, profile, return the cluster JSON
   std::function<bool()> interrupted;    // polled; true stops the run (Ctrl-C)
   std::function<void(const std::string&)> on_listening;  // called with the bound endpoint
 };
