@@ -7,11 +7,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
 bash scripts/build.sh
-bin=${BUILD_DIR:-build}/apps/cleave/cleave
-if "$bin" demo --help >/dev/null 2>&1; then
-  exec "$bin" demo "$@"
-else
-  echo "cleave: 'cleave demo' is not in this build yet; running single-process training instead" >&2
-  exec "$bin" train --local --model models/cnn.json --dataset fashion-mnist --epochs 2 --batch 64 \
-    --optimizer adam --lr 0.001 --seed 1 "$@"
-fi
+exec "${BUILD_DIR:-build}/apps/cleave/cleave" demo "$@"

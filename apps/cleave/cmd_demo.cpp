@@ -20,7 +20,7 @@ void add_demo_command(CLI::App& root) {
   auto* cmd = root.add_subcommand("demo", "Start N local encrypted daemons and train the CNN on Fashion-MNIST as a pipeline");
   struct DemoOptions {
     int devices = 3;
-    int epochs = 2;
+    int epochs = 3;
     int threads = 1;
     int microbatches = 4;
     int64_t batch = 64;
