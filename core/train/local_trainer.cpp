@@ -66,7 +66,12 @@ nlohmann::json train_local(const TrainConfig& cfg) {
     opt.load_state(st.optimizer_state, st.optimizer_blocks);
     pos = st.position;
   } else if (!cfg.init_path.empty()) {
-    std::vector<float> w = load_state_dict(spec, read_safetensors(cfg.init_path));
+    std::vector<float> w;
+    try {
+      w = load_state_dict(spec, read_safetensors(cfg.init_path));
+    } catch (const std::invalid_argument& e) {  // key or shape mismatch: say which file
+      throw std::runtime_error(cfg.init_path + ": " + e.what());
+    }
     model.params().from_host(w);
   } else {
     model.init(cfg.seed);
