@@ -354,7 +354,7 @@ FedJobEnd FedClient::run(ClientEndpoint& client, Device& device, const AssignMsg
   } catch (const std::exception& e) {
     log(LogLevel::kWarning, "cleaved " + name + ": refused federated job: " + e.what());
     job.send(error_message(ErrorCode::kRefused, e.what(), assign_request_id));
-    return FedJobEnd::abandoned;
+    return FedJobEnd::refused;
   }
   log(LogLevel::kInfo, "cleaved " + name + ": federated job started (" + std::to_string(data_.size()) + " local samples)");
   job.send(ack_message(assign_request_id, {{"op", "fed_setup"}, {"samples", data_.size()}}));

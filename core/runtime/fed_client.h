@@ -54,7 +54,7 @@ bool is_fed_assign(const transport::AssignMsg& assign);
 void add_proximal_term(Device& device, const Tensor& grads, const Tensor& params, const Tensor& global, float mu);
 
 // How a federated job ended.
-enum class FedJobEnd { finished, shutdown, abandoned };
+enum class FedJobEnd { finished, shutdown, abandoned, refused };
 
 class FedClient {
  public:
@@ -70,8 +70,9 @@ class FedClient {
   // (finished), asks the daemon to exit (shutdown), falls silent for
   // `coordinator_timeout_ms` or `stop` is set (abandoned). Acknowledges the
   // assignment (`assign_request_id`) first, or answers `error` Refused when the
-  // model does not fit the data. Errors within a round are reported to the
-  // coordinator as `error` messages; the job goes on with the next round.
+  // model does not fit the data or the device (refused: no job ran). Errors
+  // within a round are reported to the coordinator as `error` messages; the
+  // job goes on with the next round.
   FedJobEnd run(transport::ClientEndpoint& client, Device& device, const transport::AssignMsg& assign,
                 uint64_t assign_request_id, const std::string& name, int coordinator_timeout_ms,
                 const std::atomic<bool>& stop);

@@ -1,6 +1,7 @@
 // test_fed.cpp: issue 7 (federated averaging) with real cleaved client
 // processes over CURVE: IID FedAvg learns, a Dirichlet(0.5) non-IID run learns,
-// a client killed mid-round does not stop the round when K are left, NaN and
+// a client killed mid-round does not stop the round when K are left, a
+// straggler is left behind at --round-timeout, NaN and
 // wrong-shape updates are rejected by every strategy while the round completes,
 // a round below K fails saying how many arrived, and only register / heartbeat
 // / ack / weights / metrics leave a client (no training sample). Plus unit
@@ -10,6 +11,7 @@
 #include <signal.h>
 
 #include <cmath>
+#include <fstream>
 #include <set>
 #include <string>
 #include <vector>
@@ -291,4 +293,68 @@ TEST_CASE("a round with fewer than K acceptable updates fails saying how many ar
   INFO(message);
   CHECK_THAT(message, Catch::Contains("round 1") && Catch::Contains("only 1 acceptable update") &&
                           Catch::Contains("1 rejected") && Catch::Contains("--min-clients is 2"));
+}
+
+TEST_CASE("a straggler: the round closes at --round-timeout with the K updates it has", "[integration][fed]") {
+  if (!have_fashion_mnist()) {
+    WARN("Fashion-MNIST not installed: skipping");
+    return;
+  }
+  const int n = 3;
+  DaemonCluster cluster(n);
+  FedOptions o = fed_options(cluster, n);
+  o.rounds = 2;
+  o.min_clients = 2;
+  o.round_timeout_s = 4;
+  o.on_listening = [&](const std::string& ep) {
+    cluster.start(1, ep, client_flags(1, n, 1000));
+    cluster.start(2, ep, client_flags(2, n, 60000));  // 20,000 samples: far slower than the others
+    cluster.start(3, ep, client_flags(3, n, 1000));
+  };
+  nlohmann::json r = train_federated(fed_config("models/mlp.json", 300), o);
+  INFO(r.dump(1));
+  REQUIRE(r["rounds"].size() == 2);
+  for (const auto& rd : r["rounds"]) {
+    CHECK(rd["timed_out"] == true);
+    CHECK(rd["participants"] == 2);
+    REQUIRE(rd["dropped"].size() == 1);
+    CHECK_THAT(rd["dropped"][0].get<std::string>(), Catch::Contains("dev2") && Catch::Contains("--round-timeout"));
+    CHECK(rd["seconds"].get<double>() < 4 + 5);  // closed at the timeout (plus evaluation)
+  }
+  CHECK(r["test_accuracy"].get<double>() > 0.4);
+}
+
+TEST_CASE("a client refuses a model that does not match its data, and the run says so", "[integration][fed]") {
+  if (!have_fashion_mnist()) {
+    WARN("Fashion-MNIST not installed: skipping");
+    return;
+  }
+  DaemonCluster cluster(1);
+  // The coordinator's test set and model: 12 features. The client holds Fashion-MNIST (784).
+  const std::string model = cluster.dir() + "/tabular.json";
+  {
+    std::ofstream f(model);
+    f << R"({"name": "tabular", "input": [12], "loss": "cross_entropy",
+             "layers": [{"type": "linear", "out_features": 3}]})";
+    std::ofstream t(cluster.dir() + "/test.csv");
+    for (int row = 0; row < 6; ++row) {
+      t << row % 3;
+      for (int c = 0; c < 12; ++c) t << "," << (row + c) * 0.1;
+      t << "\n";
+    }
+  }
+  FedOptions o = fed_options(cluster, 1);
+  o.on_listening = [&](const std::string& ep) { cluster.start(1, ep, client_flags(1, 1, 200)); };
+  TrainConfig cfg = fed_config("models/mlp.json", -1);
+  cfg.model_path = model;
+  cfg.dataset = cluster.dir() + "/train.csv";  // the test split is the sibling test.csv
+  std::string message;
+  try {
+    train_federated(cfg, o);
+  } catch (const std::exception& e) {
+    message = e.what();
+  }
+  INFO(message);
+  CHECK_THAT(message, Catch::Contains("dev1 refused the federated job") && Catch::Contains("(12)") &&
+                          Catch::Contains("does not match its data"));
 }
