@@ -92,7 +92,7 @@ TEST_CASE("FedProx proximal term adds mu * (w - w_global) to the gradient", "[fe
   CHECK_THROWS_WITH(add_proximal_term(*cpu, g, w, short_block, 0.1f), Catch::Contains("differ in size"));
 }
 
-TEST_CASE("--shard i/N is parsed and checked", "[fed]") {
+TEST_CASE("shard specs i/N are parsed and checked", "[fed]") {
   int s = -1, n = -1;
   parse_shard_spec("2/5", s, n);
   CHECK(s == 2);
@@ -117,7 +117,7 @@ TEST_CASE("fed options are validated", "[fed]") {
   CHECK_THROWS_WITH(o.validate(), Catch::Contains("unknown strategy"));
 }
 
-TEST_CASE("IID FedAvg over 3 client daemons learns; only weights and metrics leave a client",
+TEST_CASE("IID FedAvg over 3 client daemons learns and only weights and metrics leave a client",
           "[integration][fed]") {
   if (!have_fashion_mnist()) {
     WARN("Fashion-MNIST not installed: skipping");
@@ -228,7 +228,7 @@ TEST_CASE("a client killed mid-round does not stop the round when K are left", "
   CHECK(r["test_accuracy"].get<double>() > 0.5);
 }
 
-TEST_CASE("NaN and wrong-shape updates are rejected by every strategy; the round completes", "[integration][fed]") {
+TEST_CASE("NaN and wrong-shape updates are rejected by every strategy and the round completes", "[integration][fed]") {
   if (!have_fashion_mnist()) {
     WARN("Fashion-MNIST not installed: skipping");
     return;

@@ -194,7 +194,7 @@ TEST_CASE("partition: interleaved micro-batches give the whole-batch gradient", 
   require_close(concat({o0.to_host(), o1.to_host()}), out.to_host());
 }
 
-TEST_CASE("partition: dropout follows the seed; evaluation keeps nothing", "[model][partition]") {
+TEST_CASE("partition: dropout follows the seed and evaluation keeps nothing", "[model][partition]") {
   const ModelSpec spec = mixed_model(0.5);
   Partition p(cpu(), spec, 0, 11);
   p.init(3);

@@ -31,7 +31,7 @@ TEST_CASE("gpipe: all forwards then all backwards, one optimizer step", "[pipeli
   CHECK(a == want);
 }
 
-TEST_CASE("1f1b: warm-up forwards, alternation, drain; bounded in-flight", "[pipeline]") {
+TEST_CASE("1f1b: warm-up forwards, alternation, drain and bounded in-flight", "[pipeline]") {
   for (int p : {1, 2, 3, 4})
     for (int m : {1, 2, 3, 5, 8})
       for (int s = 0; s < p; ++s) {

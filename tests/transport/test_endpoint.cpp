@@ -257,7 +257,7 @@ TEST_CASE("truncated, bit-flipped, oversized, wrong-version and shape-mismatched
   CHECK(served);
 }
 
-TEST_CASE("server and client exchange every kind; the server knows who sent what",
+TEST_CASE("server and client exchange every kind and the server knows who sent what",
           "[transport][endpoint]") {
   Keys k;
   ServerOptions so = server_options(k);

@@ -35,7 +35,7 @@ TEST_CASE("keygen writes a 0600 secret and a public key, and refuses to overwrit
   CHECK_THROWS_WITH(write_keypair(dir, "../evil", kp), Catch::Contains("must be letters"));
 }
 
-TEST_CASE("secret keys readable by others are refused; malformed keys name the file", "[transport][keys]") {
+TEST_CASE("secret keys readable by others are refused and malformed keys name the file", "[transport][keys]") {
   TempDir tmp;
   KeyFiles files = write_keypair(tmp.path(), "k", generate_keypair());
   fs::permissions(files.secret, fs::perms::group_read, fs::perm_options::add);
