@@ -3,8 +3,10 @@
 #include <exception>
 
 #include "apps/cleave/commands.h"
+#include "device/cpu/openmp_policy.h"
 
 int main(int argc, char** argv) {
+  cleave::prefer_passive_openmp(argv);
   CLI::App app{"cleave: train one neural network across several small devices"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "cleave 0.1.0");

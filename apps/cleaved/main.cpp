@@ -7,6 +7,7 @@
 
 #include "core/data/shard.h"
 #include "core/runtime/daemon.h"
+#include "device/cpu/openmp_policy.h"
 #include "device/device.h"
 #include "transport/link.h"
 #include "transport/log.h"
@@ -17,6 +18,7 @@ void on_signal(int) { g_stop = true; }
 }  // namespace
 
 int main(int argc, char** argv) {
+  cleave::prefer_passive_openmp(argv);
   CLI::App app{"cleaved: the cleave device daemon — hosts a range of layers and trains them with its neighbours"};
   cleave::DaemonOptions o;
   std::string memory_limit, bandwidth_limit;

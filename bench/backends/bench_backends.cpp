@@ -54,6 +54,7 @@
 #include <cuda_runtime.h>
 #endif
 
+#include "device/cpu/openmp_policy.h"
 #include "core/model/model_spec.h"
 #include "core/model/partition.h"
 #include "core/nn/loss.h"
@@ -667,6 +668,7 @@ TrainResult measure_training(cleave::Device& dev, const cleave::ModelSpec& spec,
 }  // namespace
 
 int main(int argc, char** argv) {
+  cleave::prefer_passive_openmp(argv);  // before any OpenMP/BLAS threads start
   const Options opt = parse_options(argc, argv);
   const auto t_start = Clock::now();
   const double load_start = load_average();

@@ -50,6 +50,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "device/cpu/openmp_policy.h"
 #include "bench/core/profiling_device.h"
 #include "core/model/model_spec.h"
 #include "core/model/partition.h"
@@ -590,6 +591,7 @@ std::string fmt(const char* f, double v) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  cleave::prefer_passive_openmp(argv);  // before any OpenMP/BLAS threads start
   const Options opt = parse_options(argc, argv);
   signal(SIGPIPE, SIG_IGN);  // a dead PyTorch process must not kill the bench
   const auto t_start = Clock::now();

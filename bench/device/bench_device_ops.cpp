@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "device/cpu/openmp_policy.h"
 #include "device/device.h"
 
 namespace {
@@ -23,6 +24,7 @@ void usage() { std::cerr << "usage: bench_device_ops [--device NAME] [--threads 
 }  // namespace
 
 int main(int argc, char** argv) {
+  cleave::prefer_passive_openmp(argv);  // before any OpenMP/BLAS threads start
   std::string device_name = "cpu", json_path = "bench-device-ops.json";
   cleave::DeviceOptions opts;
   double seconds = 0.2;

@@ -16,6 +16,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "device/cpu/openmp_policy.h"
 #include "core/runtime/fed_coordinator.h"
 #include "core/runtime/processes.h"
 #include "transport/keys.h"
@@ -41,6 +42,7 @@ std::vector<int> parse_list(const std::string& text) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  cleave::prefer_passive_openmp(argv);  // before any OpenMP/BLAS threads start
   CLI::App app{"bench_fed: federated round time and bytes per round vs clients"};
   std::string clients_text = "2,4,8", model = std::string(CLEAVE_SOURCE_DIR) + "/models/mlp.json", json_path;
   int rounds = 3;

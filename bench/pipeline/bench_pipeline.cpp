@@ -54,6 +54,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "device/cpu/openmp_policy.h"
 #include "core/runtime/coordinator.h"
 #include "core/train/local_trainer.h"
 #include "core/train/train_config.h"
@@ -483,6 +484,7 @@ int run(const BenchOptions& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  cleave::prefer_passive_openmp(argv);  // before any OpenMP/BLAS threads start
   BenchOptions o;
   CLI::App app{"Pipelined training over local cleaved daemons vs one process (samples/s, busy, bubble)"};
   std::string models = "cnn,mlp", stages = "1,2,3";

@@ -23,7 +23,7 @@ namespace cleave {
 namespace {
 
 // Below this many elementary operations a loop runs on the calling thread.
-constexpr int64_t kMinParallelWork = 1 << 21;
+constexpr int64_t kMinParallelWork = 1 << 16;
 constexpr size_t kAlignment = 64;
 
 std::string mib(size_t bytes) {
