@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include <signal.h>
+#include <sys/wait.h>
 
 #include <chrono>
 #include <cmath>
@@ -157,8 +158,9 @@ TEST_CASE("an assignment that does not fit is refused with sizes and the daemon 
   cl.listen = "tcp://127.0.0.1:*";
   cl.planner = "balance";
   cl.register_timeout_ms = 30000;
+  pid_t small = 0;
   cl.on_listening = [&](const std::string& ep) {
-    cluster.start(1, ep, {"--memory-limit", "2M"});
+    small = cluster.start(1, ep, {"--memory-limit", "2M"});
     cluster.start(2, ep);
   };
   std::string message;
@@ -169,6 +171,10 @@ TEST_CASE("an assignment that does not fit is refused with sizes and the daemon 
   }
   INFO(message);
   CHECK_THAT(message, Catch::Contains("dev1") && Catch::Contains("MiB") && Catch::Contains("--memory-limit"));
+  // The refusing daemon is still up, waiting for its next job.
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  int status = 0;
+  CHECK(waitpid(small, &status, WNOHANG) == 0);  // 0: not exited (a zombie would be reaped here)
 }
 
 TEST_CASE("a device whose key is not on the allow-list never joins", "[integration][pipeline]") {
