@@ -74,6 +74,7 @@ struct BenchOptions {
   int64_t limit_test = 500;
   int epochs = 1;
   std::string schedule = "1f1b";
+  std::string planner = "balance";  // balance: exactly p stages; auto: the planner may use fewer
   int microbatches = 4;
   std::vector<int> stages = {1, 2, 3};
   std::string json_path = "bench-pipeline.json";
@@ -100,6 +101,7 @@ struct Row {
   double load1 = 0;
   double cpu_self = 0, cpu_daemons = 0;  // CPU seconds of this process / of the daemons over the run
   nlohmann::json plan;
+  nlohmann::json prediction;  // planner's predicted vs measured batch time (--planner auto)
   std::vector<double> rep_samples_per_sec;  // every repetition (the row is the best one)
 };
 
@@ -265,6 +267,7 @@ Row run_pipeline(const BenchOptions& o, const std::string& model, int stages, co
     cl.allow_path = dir + "/allow";
     cl.listen = "tcp://127.0.0.1:*";
     cl.schedule = schedule;
+    cl.planner = o.planner;
     cl.shutdown_daemons = true;
     cl.register_timeout_ms = 60000;
     cl.interrupted = [] { return g_interrupted.load(); };
@@ -306,6 +309,7 @@ Row run_pipeline(const BenchOptions& o, const std::string& model, int stages, co
     row.accuracy = r.at("test_accuracy").get<double>();
     row.bubble_theoretical = r.at("bubble_theoretical").get<double>();
     row.plan = r.at("plan");
+    if (r.contains("prediction")) row.prediction = r.at("prediction");
     const double T = std::max(1e-9, row.train_seconds);
     double idle = 0, sum_compute = 0, max_compute = 0;
     for (const auto& st : r.at("stage_busy")) {
@@ -364,6 +368,7 @@ nlohmann::json to_json(const Row& r) {
     j["bubble_theoretical"] = r.bubble_theoretical;
     j["ideal_samples_per_sec"] = r.ideal_samples_per_sec;
     j["plan"] = r.plan;
+    if (!r.prediction.is_null()) j["prediction"] = r.prediction;
   }
   return j;
 }
@@ -384,6 +389,10 @@ void print_row(const Row& r) {
               r.setup.c_str(), r.samples_per_sec, r.speedup, fractions(r.compute, r.train_seconds).c_str(),
               fractions(r.send, r.train_seconds).c_str(), bubble, theory, ideal, r.cpu_self + r.cpu_daemons,
               r.accuracy, r.load1);
+  if (!r.prediction.is_null())
+    std::printf("      planner: %zu stage(s), predicted %.1f ms/batch, measured %.1f ms/batch (measured/predicted %.2f)\n",
+                r.plan.size(), 1000 * r.prediction.value("batch_seconds", 0.0),
+                1000 * r.prediction.value("measured_batch_seconds", 0.0), r.prediction.value("measured_over_predicted", 0.0));
   std::fflush(stdout);
 }
 
@@ -496,6 +505,10 @@ int main(int argc, char** argv) {
   app.add_option("--schedule", o.schedule, "gpipe | 1f1b | both")
       ->capture_default_str()
       ->check(CLI::IsMember({"gpipe", "1f1b", "both"}));
+  app.add_option("--planner", o.planner,
+                 "balance (every daemon gets a stage) | auto (profile + planner; prints predicted vs measured)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"balance", "auto"}));
   app.add_option("--microbatches", o.microbatches, "Micro-batches per batch")
       ->capture_default_str()
       ->check(CLI::Range(1, 64));
