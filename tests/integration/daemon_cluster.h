@@ -8,10 +8,23 @@
 #include <string>
 #include <vector>
 
+#include "core/data/dataset.h"
+#include "core/runtime/coordinator.h"
 #include "core/runtime/processes.h"
 #include "transport/keys.h"
 
 namespace cleave::testing {
+
+// True when Fashion-MNIST is where load_dataset looks for it; tests that need
+// it skip (with a WARN) otherwise.
+inline bool fashion_mnist_installed() {
+  try {
+    find_fashion_mnist("");
+    return true;
+  } catch (...) {
+    return false;
+  }
+}
 
 class DaemonCluster {
  public:
@@ -36,6 +49,19 @@ class DaemonCluster {
   const std::string& dir() const { return dir_; }
   std::string coordinator_key() const { return dir_ + "/coordinator.key"; }
   std::string allow() const { return dir_ + "/allow"; }
+
+  // Coordinator options for `devices` of this cluster's daemons on loopback
+  // (CURVE keys of this cluster, 30 s to register).
+  ClusterOptions options(int devices, const std::string& planner = "balance") const {
+    ClusterOptions cl;
+    cl.devices = devices;
+    cl.key_path = coordinator_key();
+    cl.allow_path = allow();
+    cl.listen = "tcp://127.0.0.1:*";
+    cl.planner = planner;
+    cl.register_timeout_ms = 30000;
+    return cl;
+  }
 
   // Starts daemon i (1-based) dialling `endpoint`; `extra` flags are appended.
   pid_t start(int i, const std::string& endpoint, std::vector<std::string> extra = {}) {

@@ -29,14 +29,6 @@ using cleave::testing::DaemonCluster;
 
 namespace {
 
-bool have_fashion_mnist() {
-  try {
-    find_fashion_mnist("");
-    return true;
-  } catch (...) {
-    return false;
-  }
-}
 
 TrainConfig fed_config(const std::string& model, int64_t limit_test) {
   TrainConfig c;
@@ -119,7 +111,7 @@ TEST_CASE("fed options are validated", "[fed]") {
 
 TEST_CASE("IID FedAvg over 3 client daemons learns and only weights and metrics leave a client",
           "[integration][fed]") {
-  if (!have_fashion_mnist()) {
+  if (!cleave::testing::fashion_mnist_installed()) {
     WARN("Fashion-MNIST not installed: skipping");
     return;
   }
@@ -175,7 +167,7 @@ TEST_CASE("IID FedAvg over 3 client daemons learns and only weights and metrics 
 }
 
 TEST_CASE("Dirichlet(0.5) non-IID FedAvg over 4 client daemons learns", "[integration][fed]") {
-  if (!have_fashion_mnist()) {
+  if (!cleave::testing::fashion_mnist_installed()) {
     WARN("Fashion-MNIST not installed: skipping");
     return;
   }
@@ -198,7 +190,7 @@ TEST_CASE("Dirichlet(0.5) non-IID FedAvg over 4 client daemons learns", "[integr
 }
 
 TEST_CASE("a client killed mid-round does not stop the round when K are left", "[integration][fed]") {
-  if (!have_fashion_mnist()) {
+  if (!cleave::testing::fashion_mnist_installed()) {
     WARN("Fashion-MNIST not installed: skipping");
     return;
   }
@@ -229,7 +221,7 @@ TEST_CASE("a client killed mid-round does not stop the round when K are left", "
 }
 
 TEST_CASE("NaN and wrong-shape updates are rejected by every strategy and the round completes", "[integration][fed]") {
-  if (!have_fashion_mnist()) {
+  if (!cleave::testing::fashion_mnist_installed()) {
     WARN("Fashion-MNIST not installed: skipping");
     return;
   }
@@ -269,7 +261,7 @@ TEST_CASE("NaN and wrong-shape updates are rejected by every strategy and the ro
 }
 
 TEST_CASE("a round with fewer than K acceptable updates fails saying how many arrived", "[integration][fed]") {
-  if (!have_fashion_mnist()) {
+  if (!cleave::testing::fashion_mnist_installed()) {
     WARN("Fashion-MNIST not installed: skipping");
     return;
   }
@@ -296,7 +288,7 @@ TEST_CASE("a round with fewer than K acceptable updates fails saying how many ar
 }
 
 TEST_CASE("a straggler: the round closes at --round-timeout with the K updates it has", "[integration][fed]") {
-  if (!have_fashion_mnist()) {
+  if (!cleave::testing::fashion_mnist_installed()) {
     WARN("Fashion-MNIST not installed: skipping");
     return;
   }
@@ -325,7 +317,7 @@ TEST_CASE("a straggler: the round closes at --round-timeout with the K updates i
 }
 
 TEST_CASE("a client refuses a model that does not match its data, and the run says so", "[integration][fed]") {
-  if (!have_fashion_mnist()) {
+  if (!cleave::testing::fashion_mnist_installed()) {
     WARN("Fashion-MNIST not installed: skipping");
     return;
   }

@@ -21,6 +21,7 @@
 
 using namespace cleave;
 using cleave::testing::DaemonCluster;
+using cleave::testing::fashion_mnist_installed;
 
 namespace {
 
@@ -40,19 +41,11 @@ TrainConfig small_config(const std::string& model, int64_t limit_train, int64_t 
   return c;
 }
 
-bool have_fashion_mnist() {
-  try {
-    find_fashion_mnist("");
-    return true;
-  } catch (...) {
-    return false;
-  }
-}
 
 }  // namespace
 
 TEST_CASE("3 daemons reproduce local training (gpipe and 1f1b)", "[integration][pipeline]") {
-  if (!have_fashion_mnist()) {
+  if (!fashion_mnist_installed()) {
     WARN("Fashion-MNIST not installed (apt-get install dataset-fashion-mnist): skipping");
     return;
   }
@@ -61,15 +54,8 @@ TEST_CASE("3 daemons reproduce local training (gpipe and 1f1b)", "[integration][
   for (const char* schedule : {"gpipe", "1f1b"}) {
     DYNAMIC_SECTION("schedule " << schedule) {
       DaemonCluster cluster(3);
-      ClusterOptions cl;
-      cl.devices = 3;
-      cl.key_path = cluster.coordinator_key();
-      cl.allow_path = cluster.allow();
-      cl.listen = "tcp://127.0.0.1:*";
-      cl.planner = "balance";
-  cl.planner = "balance";
+      ClusterOptions cl = cluster.options(3);
       cl.schedule = schedule;
-      cl.register_timeout_ms = 30000;
       cl.shutdown_daemons = true;
       cl.trace_path = cluster.dir() + "/trace.json";
       cl.on_listening = [&](const std::string& ep) { cluster.start_all(ep); };
@@ -105,19 +91,13 @@ TEST_CASE("3 daemons reproduce local training (gpipe and 1f1b)", "[integration][
 }
 
 TEST_CASE("a daemon that dies mid-run stops the coordinator with the device and step", "[integration][pipeline]") {
-  if (!have_fashion_mnist()) {
+  if (!fashion_mnist_installed()) {
     WARN("Fashion-MNIST not installed: skipping");
     return;
   }
   TrainConfig cfg = small_config("models/cnn.json", 20000, 100);
   DaemonCluster cluster(3);
-  ClusterOptions cl;
-  cl.devices = 3;
-  cl.key_path = cluster.coordinator_key();
-  cl.allow_path = cluster.allow();
-  cl.listen = "tcp://127.0.0.1:*";
-  cl.planner = "balance";
-  cl.register_timeout_ms = 30000;
+  ClusterOptions cl = cluster.options(3);
   pid_t victim = 0;
   std::chrono::steady_clock::time_point killed_at;
   std::thread killer;
@@ -145,19 +125,13 @@ TEST_CASE("a daemon that dies mid-run stops the coordinator with the device and 
 }
 
 TEST_CASE("an assignment that does not fit is refused with sizes and the daemon serves on", "[integration][pipeline]") {
-  if (!have_fashion_mnist()) {
+  if (!fashion_mnist_installed()) {
     WARN("Fashion-MNIST not installed: skipping");
     return;
   }
   TrainConfig cfg = small_config("models/mlp.json", 256, 100);
   DaemonCluster cluster(2);
-  ClusterOptions cl;
-  cl.devices = 2;
-  cl.key_path = cluster.coordinator_key();
-  cl.allow_path = cluster.allow();
-  cl.listen = "tcp://127.0.0.1:*";
-  cl.planner = "balance";
-  cl.register_timeout_ms = 30000;
+  ClusterOptions cl = cluster.options(2);
   pid_t small = 0;
   cl.on_listening = [&](const std::string& ep) {
     small = cluster.start(1, ep, {"--memory-limit", "2M"});
@@ -178,19 +152,14 @@ TEST_CASE("an assignment that does not fit is refused with sizes and the daemon 
 }
 
 TEST_CASE("a device whose key is not on the allow-list never joins", "[integration][pipeline]") {
-  if (!have_fashion_mnist()) {
+  if (!fashion_mnist_installed()) {
     WARN("Fashion-MNIST not installed: skipping");
     return;
   }
   TrainConfig cfg = small_config("models/cnn.json", 64, 64);
   DaemonCluster cluster(2);
   std::filesystem::remove(cluster.allow() + "/dev2.pub");
-  ClusterOptions cl;
-  cl.devices = 2;
-  cl.key_path = cluster.coordinator_key();
-  cl.allow_path = cluster.allow();
-  cl.listen = "tcp://127.0.0.1:*";
-  cl.planner = "balance";
+  ClusterOptions cl = cluster.options(2);
   cl.register_timeout_ms = 4000;
   cl.on_listening = [&](const std::string& ep) { cluster.start_all(ep); };
   std::string message;
