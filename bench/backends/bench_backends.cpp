@@ -54,6 +54,7 @@
 #include <cuda_runtime.h>
 #endif
 
+#include "bench/common/synthetic_training.h"
 #include "device/cpu/openmp_policy.h"
 #include "core/model/model_spec.h"
 #include "core/model/partition.h"
@@ -567,74 +568,7 @@ GemmResult measure_gemm(cleave::Device& dev, LibraryGemm& lib, const GemmShape& 
 // ---------------------------------------------------------------------------------------------
 // training step (as bench/core/bench_train_step.cpp and core/train/local_trainer.cpp)
 
-class TrainRun {
- public:
-  TrainRun(cleave::Device& device, const cleave::ModelSpec& spec, int64_t batch, uint64_t seed)
-      : device_(device), spec_(spec), batch_(batch), seed_(seed) {
-    model_ = std::make_unique<cleave::Partition>(device_, spec_, 0, spec_.num_layers());
-    model_->init(seed);
-    model_->zero_grad();
-    cleave::OptimizerConfig oc;
-    oc.kind = "adam";
-    oc.lr = 1e-3f;
-    opt_ = std::make_unique<cleave::Optimizer>(device_, oc, model_->param_count());
-    const int64_t in = cleave::numel(spec_.input);
-    const int64_t classes = cleave::numel(spec_.output());
-    cleave::Rng rng(cleave::derive_seed(seed, 7));
-    for (int b = 0; b < kBatches; ++b) {
-      xs_[b].resize(static_cast<size_t>(batch * in));
-      ys_[b].resize(static_cast<size_t>(batch));
-      for (float& v : xs_[b]) v = rng.uniform();
-      for (float& v : ys_[b]) v = static_cast<float>(rng.below(static_cast<uint64_t>(classes)));
-    }
-    Shape xs = spec_.input;
-    xs.insert(xs.begin(), batch);
-    x_ = Tensor(device_, xs);
-    t_ = Tensor(device_, {batch});
-  }
-
-  // One training step; returns the mean loss.
-  double step() {
-    const int b = static_cast<int>(step_ % kBatches);
-    x_.from_host(xs_[b].data());
-    t_.from_host(ys_[b].data());
-    Tensor y = model_->forward(x_, 0, /*training=*/true, cleave::derive_seed(seed_, static_cast<uint64_t>(step_), 0));
-    Tensor dy(device_, y.shape());
-    const double loss = cleave::compute_loss(device_, spec_.loss, y, t_, dy, 1.0f / static_cast<float>(batch_))
-                            .loss_sum / static_cast<double>(batch_);
-    model_->backward(dy, 0, /*need_dx=*/false);
-    opt_->step(model_->params(), model_->grads());
-    model_->zero_grad();
-    ++step_;
-    return loss;
-  }
-
-  // Wall seconds of `steps` steps, ending with a synchronize.
-  double time(int64_t steps) {
-    const auto t0 = Clock::now();
-    double loss = 0;
-    for (int64_t i = 0; i < steps; ++i) loss = step();
-    device_.synchronize();
-    const double s = since(t0);
-    if (!std::isfinite(loss)) throw std::runtime_error("training diverged (loss " + std::to_string(loss) + ")");
-    last_loss_ = loss;
-    return s;
-  }
-  double last_loss() const { return last_loss_; }
-
- private:
-  static constexpr int kBatches = 4;
-  cleave::Device& device_;
-  cleave::ModelSpec spec_;
-  int64_t batch_;
-  uint64_t seed_;
-  std::unique_ptr<cleave::Partition> model_;
-  std::unique_ptr<cleave::Optimizer> opt_;
-  std::vector<float> xs_[kBatches], ys_[kBatches];
-  Tensor x_, t_;
-  int64_t step_ = 0;
-  double last_loss_ = 0;
-};
+using TrainRun = cleave::bench::SyntheticTraining;
 
 struct TrainResult {
   std::string model;

@@ -50,6 +50,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "bench/common/synthetic_training.h"
 #include "device/cpu/openmp_policy.h"
 #include "bench/core/profiling_device.h"
 #include "core/model/model_spec.h"
@@ -374,71 +375,18 @@ class GemmStep {
 // ---------------------------------------------------------------------------------------------
 // cleave's training step
 
+// cleave's side: a device this run owns plus the shared synthetic training loop.
 class CleaveRun {
  public:
   CleaveRun(std::unique_ptr<cleave::Device> device, const cleave::ModelSpec& spec, int64_t batch, uint64_t seed)
-      : device_(std::move(device)), spec_(spec), batch_(batch), seed_(seed) {
-    model_ = std::make_unique<cleave::Partition>(*device_, spec_, 0, spec_.num_layers());
-    model_->init(seed);
-    model_->zero_grad();
-    cleave::OptimizerConfig oc;
-    oc.kind = "adam";
-    oc.lr = 1e-3f;
-    opt_ = std::make_unique<cleave::Optimizer>(*device_, oc, model_->param_count());
-    const int64_t in = cleave::numel(spec_.input);
-    const int64_t classes = cleave::numel(spec_.output());
-    cleave::Rng rng(cleave::derive_seed(seed, 7));
-    for (int b = 0; b < kBatches; ++b) {
-      xs_[b].resize(static_cast<size_t>(batch * in));
-      ys_[b].resize(static_cast<size_t>(batch));
-      for (float& v : xs_[b]) v = rng.uniform();
-      for (float& v : ys_[b]) v = static_cast<float>(rng.below(static_cast<uint64_t>(classes)));
-    }
-    Shape xs = spec_.input;
-    xs.insert(xs.begin(), batch);
-    x_ = Tensor(*device_, xs);
-    t_ = Tensor(*device_, {batch});
-  }
-
+      : device_(std::move(device)), training_(*device_, spec, batch, seed) {}
   cleave::Device& device() { return *device_; }
-
-  // One training step, as in core/train/local_trainer.cpp; returns the mean loss.
-  double step() {
-    const int b = static_cast<int>(step_ % kBatches);
-    x_.from_host(xs_[b].data());
-    t_.from_host(ys_[b].data());
-    Tensor y = model_->forward(x_, 0, /*training=*/true, cleave::derive_seed(seed_, static_cast<uint64_t>(step_), 0));
-    Tensor dy(*device_, y.shape());
-    const double loss = cleave::compute_loss(*device_, spec_.loss, y, t_, dy, 1.0f / static_cast<float>(batch_))
-                            .loss_sum / static_cast<double>(batch_);
-    model_->backward(dy, 0, /*need_dx=*/false);
-    opt_->step(model_->params(), model_->grads());
-    model_->zero_grad();
-    ++step_;
-    return loss;
-  }
-
-  // Wall seconds of `steps` steps.
-  double time(int64_t steps) {
-    const auto t0 = Clock::now();
-    double loss = 0;
-    for (int64_t i = 0; i < steps; ++i) loss = step();
-    const double s = since(t0);
-    if (!std::isfinite(loss)) throw std::runtime_error("cleave training diverged (loss " + std::to_string(loss) + ")");
-    return s;
-  }
+  double step() { return training_.step(); }
+  double time(int64_t steps) { return training_.time(steps); }
 
  private:
-  static constexpr int kBatches = 4;
   std::unique_ptr<cleave::Device> device_;
-  cleave::ModelSpec spec_;
-  int64_t batch_;
-  uint64_t seed_;
-  std::unique_ptr<cleave::Partition> model_;
-  std::unique_ptr<cleave::Optimizer> opt_;
-  std::vector<float> xs_[kBatches], ys_[kBatches];
-  Tensor x_, t_;
-  int64_t step_ = 0;
+  cleave::bench::SyntheticTraining training_;
 };
 
 // ---------------------------------------------------------------------------------------------
