@@ -35,6 +35,12 @@ void check_tensor(const TensorMessage& t) {
   if (t.count && !t.data) throw std::invalid_argument("TensorLink::send: null data");
 }
 
+// Labels are class indices (or regression targets): a lossy codec would change
+// them, so they always travel as float32 whatever the link's encoding.
+Encoding encoding_for(const TensorMessage& t, Encoding link_encoding) {
+  return t.kind == TensorKind::kLabels ? Encoding::kF32 : link_encoding;
+}
+
 TensorMsg header_of(const TensorMessage& t, Encoding encoding) {
   TensorMsg h;
   h.kind = t.kind;
@@ -74,11 +80,12 @@ class InProcessLink final : public TensorLink {
   Status send(const TensorMessage& tensor) override {
     check_tensor(tensor);
     TensorMessage copy = tensor;
-    if (encoding_ != Encoding::kF32) {
+    const Encoding encoding = encoding_for(tensor, encoding_);
+    if (encoding != Encoding::kF32) {
       // Quantize exactly as the wire would.
-      EncodedPayload enc = encode_payload(tensor.values(), encoding_);
+      EncodedPayload enc = encode_payload(tensor.values(), encoding);
       copy = TensorMessage::from_vector(tensor.kind, tensor.step, tensor.micro_batch, tensor.shape,
-                                        decode_payload(enc.bytes, encoding_, enc.scale));
+                                        decode_payload(enc.bytes, encoding, enc.scale));
     } else if (!tensor.owner) {
       copy = TensorMessage::from_vector(tensor.kind, tensor.step, tensor.micro_batch, tensor.shape,
                                         tensor.to_vector());
@@ -104,11 +111,12 @@ class InProcessLink final : public TensorLink {
     TensorMessage t = std::move(in_->queue.front());
     in_->queue.pop_front();
     ++stats_.messages_received;
+    stats_.payload_bytes_received += wire_bytes(t);
     return t;
   }
 
   size_t wire_bytes(const TensorMessage& t) const override {
-    return t.count * encoded_element_size(encoding_);
+    return t.count * encoded_element_size(encoding_for(t, encoding_));
   }
   LinkStats stats() const override { return stats_; }
   std::string describe() const override {
@@ -133,7 +141,7 @@ class ZmqLink final : public TensorLink {
 
   Status send(const TensorMessage& tensor) override {
     check_tensor(tensor);
-    Message m = make_tensor_message(header_of(tensor, encoding_), tensor.data, tensor.count, tensor.owner);
+    Message m = make_tensor_message(header_of(tensor, encoding_for(tensor, encoding_)), tensor.data, tensor.count, tensor.owner);
     const size_t bytes = m.payloads[0].size();
     Status s = client_ ? client_->send(m) : server_->send(peer_, m);
     if (s) {
@@ -177,13 +185,14 @@ class ZmqLink final : public TensorLink {
         return Failure{FailureKind::kRejected, why, peer_};
       }
       ++stats_.messages_received;
+      if (!message.payloads.empty()) stats_.payload_bytes_received += message.payloads[0].size();
       return TensorMessage::from_vector(t->kind, t->step, t->micro_batch, t->shape,
                                         tensor_values(message));
     }
   }
 
   size_t wire_bytes(const TensorMessage& t) const override {
-    return t.count * encoded_element_size(encoding_);
+    return t.count * encoded_element_size(encoding_for(t, encoding_));
   }
   LinkStats stats() const override { return stats_; }
   std::string describe() const override {

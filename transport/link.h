@@ -9,7 +9,8 @@
 //     to its next: activations flow down the dialled connection, gradients
 //     come back on it. ROUTER/DEALER (not PAIR) survive reconnects.
 // and two decorators' worth of options: an encoding per link (f32 / f16 /
-// int8, applied on send; the receiver decodes whatever the header says), and a
+// int8, applied on send to every kind but labels, which always travel as f32;
+// the receiver decodes whatever the header says), and a
 // bandwidth throttle (token bucket) for `cleaved --bandwidth-limit`.
 //
 // Ownership: a TensorMessage views float memory kept alive by `owner`. Links
@@ -61,6 +62,7 @@ struct LinkStats {
   uint64_t messages_sent = 0;
   uint64_t messages_received = 0;
   uint64_t payload_bytes_sent = 0;  // encoded bytes (what crosses the wire)
+  uint64_t payload_bytes_received = 0;
   uint64_t values_sent = 0;         // float32 elements before encoding
   uint64_t rejected = 0;            // invalid input received (logged)
 };

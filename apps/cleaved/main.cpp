@@ -38,16 +38,16 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_flag("--insecure", o.insecure, "Plain TCP without CURVE (logs a warning; for debugging only)");
   app.add_flag("-v,--verbose", verbose, "Log more");
-  // Federated client data (cleave fed): the daemon trains on its own shard and never sends a sample.
+  // Client data (cleave fed, cleave split): the daemon trains on its own shard and never sends a sample.
   std::string shard, data_path;
-  app.add_option("--dataset", o.fed.dataset, "Federated client: fashion-mnist, a CSV file or an IDX directory");
-  app.add_option("--data", data_path, "Federated client: any IDX directory or CSV file (same as --dataset PATH)");
-  app.add_option("--dataset-dir", o.fed.dataset_dir, "Federated client: where Fashion-MNIST lives");
-  app.add_option("--shard", shard, "Federated client: this client's shard i/N (i from 0), e.g. 0/4");
-  app.add_option("--partition", o.fed.partition, "Federated client: iid | dirichlet:ALPHA")->capture_default_str();
-  app.add_option("--seed", o.fed.seed, "Federated client: partition seed (the same on every client)")
+  app.add_option("--dataset", o.fed.dataset, "Data client (fed/split): fashion-mnist, a CSV file or an IDX directory");
+  app.add_option("--data", data_path, "Data client (fed/split): any IDX directory or CSV file (same as --dataset PATH)");
+  app.add_option("--dataset-dir", o.fed.dataset_dir, "Data client (fed/split): where Fashion-MNIST lives");
+  app.add_option("--shard", shard, "Data client (fed/split): this client's shard i/N (i from 0), e.g. 0/4");
+  app.add_option("--partition", o.fed.partition, "Data client (fed/split): iid | dirichlet:ALPHA")->capture_default_str();
+  app.add_option("--seed", o.fed.seed, "Data client (fed/split): partition seed (the same on every client)")
       ->capture_default_str();
-  app.add_option("--limit-train", o.fed.limit, "Federated client: shard only the first N training samples");
+  app.add_option("--limit-train", o.fed.limit, "Data client (fed/split): shard only the first N training samples");
   // Test hook, hidden from --help: corrupt every update this client sends (nan | inf | shape).
   app.add_option("--poison", o.fed.poison)->group("")->check(CLI::IsMember({"nan", "inf", "shape"}));
   CLI11_PARSE(app, argc, argv);

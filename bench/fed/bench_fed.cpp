@@ -8,7 +8,6 @@
 // Usage: bench_fed [--clients 2,4,8] [--model models/mlp.json] [--rounds 3]
 //                  [--samples-per-client 512] [--json bench-fed.json]
 #include <cstdio>
-#include <filesystem>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -17,9 +16,8 @@
 #include <nlohmann/json.hpp>
 
 #include "device/cpu/openmp_policy.h"
+#include "bench/common/local_daemons.h"
 #include "core/runtime/fed_coordinator.h"
-#include "core/runtime/processes.h"
-#include "transport/keys.h"
 #include "transport/log.h"
 
 using namespace cleave;
@@ -62,16 +60,9 @@ int main(int argc, char** argv) {
     std::printf("%-8s %-8s %-14s %-16s %-16s %-10s\n", "clients", "rounds", "s/round", "MB down/round",
                 "MB up/round", "accuracy");
     for (int n : counts) {
-      namespace fs = std::filesystem;
-      char tmpl[] = "/tmp/cleave-bench-fed-XXXXXX";
-      const std::string dir = mkdtemp(tmpl);
-      fs::create_directories(dir + "/allow");
-      transport::write_keypair(dir, "coordinator", transport::generate_keypair(), true);
-      for (int i = 0; i < n; ++i) {
-        auto f = transport::write_keypair(dir, "client" + std::to_string(i), transport::generate_keypair(), true);
-        fs::copy_file(f.public_, dir + "/allow/client" + std::to_string(i) + ".pub");
-      }
-      std::vector<pid_t> pids;
+      std::vector<std::string> names;
+      for (int i = 0; i < n; ++i) names.push_back("client" + std::to_string(i));
+      bench::LocalDaemons daemons(names, cleaved);
       TrainConfig cfg;
       cfg.model_path = model;
       cfg.batch = 64;
@@ -85,31 +76,19 @@ int main(int argc, char** argv) {
       o.clients = n;
       o.rounds = rounds;
       o.min_clients = n;
-      o.key_path = dir + "/coordinator.key";
-      o.allow_path = dir + "/allow";
+      o.key_path = daemons.coordinator_key();
+      o.allow_path = daemons.allow();
       o.listen = "tcp://127.0.0.1:*";
       o.register_timeout_ms = 60000;
       o.peer_timeout_ms = 30000;
       o.on_listening = [&](const std::string& ep) {
-        for (int i = 0; i < n; ++i) {
-          const std::string name = "client" + std::to_string(i);
-          pids.push_back(spawn({cleaved, "--coordinator", ep, "--key", dir + "/" + name + ".key", "--coordinator-key",
-                                dir + "/coordinator.pub", "--backend", "cpu", "--threads", "1", "--max-jobs", "1",
-                                "--dataset", "fashion-mnist", "--shard", std::to_string(i) + "/" + std::to_string(n),
-                                "--limit-train", std::to_string(per_client * n)},
-                               dir + "/" + name + ".log"));
-        }
+        for (int i = 0; i < n; ++i)
+          daemons.start(names[static_cast<size_t>(i)], ep,
+                        {"--dataset", "fashion-mnist", "--shard", std::to_string(i) + "/" + std::to_string(n),
+                         "--limit-train", std::to_string(per_client * n)});
       };
-      nlohmann::json r;
-      try {
-        r = train_federated(cfg, o);
-      } catch (...) {
-        for (pid_t p : pids) terminate(p);
-        throw;
-      }
-      for (pid_t p : pids) terminate(p);
-      std::error_code ec;
-      fs::remove_all(dir, ec);
+      const nlohmann::json r = train_federated(cfg, o);
+      daemons.stop();
       double secs = 0, down = 0, up = 0;
       for (const auto& rd : r["rounds"]) {
         secs += rd["seconds"].get<double>();

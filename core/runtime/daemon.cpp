@@ -15,9 +15,11 @@
 #include "core/model/model_spec.h"
 #include "core/pipeline/schedule.h"
 #include "core/pipeline/stage.h"
+#include "core/runtime/job_channel.h"
 #include "core/runtime/layer_profile.h"
 #include "core/runtime/memory_estimate.h"
 #include "core/runtime/probe.h"
+#include "core/runtime/split_job.h"
 #include "core/runtime/wire.h"
 #include "transport/endpoint.h"
 #include "transport/keys.h"
@@ -41,89 +43,6 @@ void warn(const std::string& name, const std::string& text) {
   log(LogLevel::kWarning, "cleaved " + name + ": " + text);
 }
 
-// The connection to the coordinator: answers heartbeats, files tensors in a
-// mailbox and queues commands, so that whoever waits (the main loop or a stage
-// waiting for its inputs) sees messages in arrival order.
-class CoordinatorChannel {
- public:
-  CoordinatorChannel(ClientEndpoint& client, std::string name) : client_(client), name_(std::move(name)) {}
-
-  // Handles at most one incoming message; returns false on timeout.
-  bool poll(Millis timeout) {
-    auto r = client_.receive(timeout);
-    if (!r) {
-      if (r.is(FailureKind::kRejected)) warn(name_, "rejected a message from the coordinator: " + r.failure().message);
-      return false;
-    }
-    last_heard_ = Clock::now();
-    Message& m = r.value();
-    if (auto* hb = std::get_if<HeartbeatMsg>(&m.body)) {
-      Message reply;
-      reply.body = *hb;
-      (void)client_.send(reply);
-    } else if (auto* pr = std::get_if<ProbeMsg>(&m.body)) {
-      // Link measurement: echo probes straight back (same size), so the
-      // coordinator can time round trips over this encrypted link.
-      if (pr->echo) {
-        Message reply;
-        reply.request_id = m.request_id;
-        reply.body = ProbeMsg{pr->sequence, pr->payload_bytes, false};
-        reply.payloads = std::move(m.payloads);
-        (void)client_.send(reply);
-      }
-    } else if (auto* t = std::get_if<TensorMsg>(&m.body)) {
-      std::vector<float> values = tensor_values(m);
-      tensors_[{static_cast<int>(t->kind), t->step, t->micro_batch}] =
-          TensorMessage::from_vector(t->kind, t->step, t->micro_batch, t->shape, std::move(values));
-    } else if (std::holds_alternative<AssignMsg>(m.body) || std::holds_alternative<ControlMsg>(m.body)) {
-      commands_.push_back(std::move(m));
-    } else {
-      warn(name_, std::string("ignoring unexpected '") + body_kind_name(m.body) + "' message from the coordinator");
-    }
-    return true;
-  }
-
-  std::optional<Message> pop_command() {
-    if (commands_.empty()) return std::nullopt;
-    Message m = std::move(commands_.front());
-    commands_.pop_front();
-    return m;
-  }
-
-  // True when a stop or shutdown is queued (a running step must give up).
-  bool stop_queued() const {
-    for (const auto& m : commands_)
-      if (auto* c = std::get_if<ControlMsg>(&m.body))
-        if (c->command == ControlCommand::kStop || c->command == ControlCommand::kShutdown) return true;
-    return false;
-  }
-
-  std::optional<TensorMessage> take_tensor(TensorKind kind, int64_t step, int mb) {
-    auto it = tensors_.find({static_cast<int>(kind), step, mb});
-    if (it == tensors_.end()) return std::nullopt;
-    TensorMessage t = std::move(it->second);
-    tensors_.erase(it);
-    return t;
-  }
-
-  void clear_tensors() { tensors_.clear(); }
-  Millis silence() const { return std::chrono::duration_cast<Millis>(Clock::now() - last_heard_); }
-  void heard_now() { last_heard_ = Clock::now(); }
-
-  void send(const Message& m) {
-    Status s = client_.send(m);
-    if (!s) warn(name_, "cannot send '" + std::string(body_kind_name(m.body)) + "' to the coordinator: " +
-                            s.failure().message);
-  }
-
- private:
-  ClientEndpoint& client_;
-  std::string name_;
-  std::deque<Message> commands_;
-  std::map<std::tuple<int, int64_t, int>, TensorMessage> tensors_;
-  Clock::time_point last_heard_ = Clock::now();
-};
-
 // One job: the stage this daemon runs and its links.
 struct Job {
   AssignMsg assign;
@@ -142,7 +61,7 @@ struct Job {
 
 class DaemonIO : public StageIO {
  public:
-  DaemonIO(Device& dev, Job& job, CoordinatorChannel& channel, const DaemonOptions& opts, const std::atomic<bool>& stop)
+  DaemonIO(Device& dev, Job& job, JobChannel& channel, const DaemonOptions& opts, const std::atomic<bool>& stop)
       : dev_(dev), job_(job), channel_(channel), opts_(opts), stop_(stop) {}
 
   Tensor receive_input(int64_t step, int mb) override {
@@ -215,29 +134,10 @@ class DaemonIO : public StageIO {
 
   Device& dev_;
   Job& job_;
-  CoordinatorChannel& channel_;
+  JobChannel& channel_;
   const DaemonOptions& opts_;
   const std::atomic<bool>& stop_;
 };
-
-Message error_message(ErrorCode code, const std::string& text, uint64_t request_id) {
-  ErrorMsg e;
-  e.code = code;
-  e.message = text;
-  e.request_id = request_id;
-  Message m;
-  m.body = e;
-  return m;
-}
-
-Message ack_message(uint64_t request_id, const nlohmann::json& detail) {
-  AckMsg a;
-  a.request_id = request_id;
-  a.detail = detail.dump();
-  Message m;
-  m.body = a;
-  return m;
-}
 
 }  // namespace
 
@@ -269,7 +169,7 @@ int run_daemon(const DaemonOptions& opts_in, const std::atomic<bool>& stop) {
   copts.insecure = opts.insecure;
   copts.label = "cleaved " + opts.name;
   ClientEndpoint client(copts);
-  CoordinatorChannel channel(client, opts.name);
+  JobChannel channel(client, opts.name);
 
   auto register_message = [&] {
     RegisterMsg r;
@@ -301,7 +201,7 @@ int run_daemon(const DaemonOptions& opts_in, const std::atomic<bool>& stop) {
   auto drop_job = [&](const std::string& why) {
     if (job && !why.empty()) warn(opts.name, "job ended: " + why);
     job.reset();
-    channel.clear_tensors();
+    channel.clear_mailboxes();
   };
 
   while (!stop && (opts.max_jobs < 0 || jobs_done < opts.max_jobs)) {
@@ -321,6 +221,25 @@ int run_daemon(const DaemonOptions& opts_in, const std::atomic<bool>& stop) {
         if (job) {
           channel.send(error_message(ErrorCode::kUnexpectedKind, opts.name + " is already running a stage", rid));
           continue;
+        }
+        if (is_split_assign(*a)) {  // [split] split learning: split_job.h runs it on this connection
+          const auto training = nlohmann::json::parse(a->training_json);
+          const bool client_role = training.value("role", std::string()) == "client";
+          if (client_role && !fed) {
+            channel.send(error_message(ErrorCode::kRefused, opts.name + " holds no data for a split-learning client: "
+                                       "start cleaved with --dataset and --shard i/N", rid));
+            continue;
+          }
+          const SplitJobContext ctx{*device, channel, keys, opts, stop};
+          const SplitJobEnd end = client_role ? run_split_client(ctx, fed->data(), opts.fed, *a, rid)
+                                              : run_split_server(ctx, *a, rid);
+          if (end == SplitJobEnd::shutdown) return 0;
+          if (end == SplitJobEnd::refused) continue;
+          ++jobs_done;
+          channel.clear_mailboxes();
+          channel.heard_now();
+          last_register = Clock::now() - std::chrono::seconds(10);
+          break;
         }
         if (is_fed_assign(*a)) {  // [fed] federated job: fed_client.cpp serves it on this connection
           if (!fed) {

@@ -14,6 +14,7 @@
 #include "core/model/partition.h"
 #include "core/nn/loss.h"
 #include "core/optim/optimizer.h"
+#include "core/runtime/job_channel.h"
 #include "core/runtime/memory_estimate.h"
 #include "core/runtime/wire.h"
 #include "core/util/rng.h"
@@ -87,27 +88,6 @@ Shape batched(int64_t n, const Shape& s) {
   Shape out = s;
   out.insert(out.begin(), n);
   return out;
-}
-
-Message error_message(ErrorCode code, const std::string& text, uint64_t request_id) {
-  ErrorMsg e;
-  e.code = code;
-  e.message = text;
-  e.request_id = request_id;
-  Message m;
-  m.request_id = request_id;
-  m.body = e;
-  return m;
-}
-
-Message ack_message(uint64_t request_id, const nlohmann::json& detail) {
-  AckMsg a;
-  a.request_id = request_id;
-  a.detail = detail.dump();
-  Message m;
-  m.request_id = request_id;
-  m.body = a;
-  return m;
 }
 
 // One federated job: the model, the received global block and the connection.

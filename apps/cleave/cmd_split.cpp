@@ -1,0 +1,73 @@
+// cmd_split.cpp: `cleave split` — split learning across cleaved daemons: the
+// clients keep their data (and, U-shaped, their labels), the server holds the
+// middle of the model (core/runtime/split_coordinator.h).
+#include <cstdio>
+#include <memory>
+
+#include "apps/cleave/commands.h"
+#include "apps/cleave/train_flags.h"
+#include "core/runtime/processes.h"
+#include "core/runtime/split_coordinator.h"
+
+namespace cleave {
+
+void add_split_command(CLI::App& root) {
+  auto* cmd = root.add_subcommand(
+      "split", "Split learning: clients hold the first layers and their data, a server daemon the rest");
+  auto flags = std::make_shared<TrainFlags>();
+  add_train_flags(*cmd, *flags);
+  auto o = std::make_shared<SplitOptions>();
+  cmd->add_option("--clients", o->clients, "Clients with data (cleaved --dataset ... --shard i/N) to wait for")
+      ->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--labels", o->labels,
+                  "server: the server computes the loss from labels the clients send; client: U-shaped, the "
+                  "clients also hold the last layers and the loss, so labels never leave them")
+      ->capture_default_str()->check(CLI::IsMember({"server", "client"}));
+  cmd->add_flag("--splitfed", o->splitfed, "Average the clients' layers (FedAvg, weighted by samples) every epoch");
+  cmd->add_option("--cut", o->cut, "Clients hold layers [0, CUT) (default: the first layer with parameters "
+                                   "and the parameter-free layers after it)");
+  cmd->add_option("--cut-back", o->cut_back, "--labels client: clients also hold layers [CUT_BACK, end) "
+                                             "(default: the last layer with parameters)");
+  cmd->add_option("--encoding", o->encoding, "Cut-layer activations and gradients: f32 | f16 | int8 (labels stay f32)")
+      ->capture_default_str()->check(CLI::IsMember({"f32", "f16", "int8"}));
+  cmd->add_option("--server", o->server, "Name of the server daemon (default: the first daemon without data)");
+  cmd->add_option("--eval-batch", o->eval_batch, "Test samples per evaluation batch")->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--key", o->key_path, "The coordinator's secret key (from `cleave keygen`)");
+  cmd->add_option("--allow", o->allow_path, "Directory of admitted daemon .pub files (or one key file)");
+  cmd->add_option("--listen", o->listen, "Where the daemons dial in")->capture_default_str();
+  cmd->add_option("--register-timeout", o->register_timeout_ms, "ms to wait for the clients and the server")
+      ->capture_default_str();
+  cmd->add_option("--peer-timeout", o->peer_timeout_ms, "A daemon silent this many ms fails the run")
+      ->capture_default_str();
+  cmd->add_option("--epoch-timeout", o->epoch_timeout_s, "Seconds an epoch (training + evaluation) may take")
+      ->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_flag("--shutdown-daemons", o->shutdown_daemons, "Tell the daemons to exit at the end");
+  cmd->add_flag("--insecure", o->insecure, "Plain TCP without CURVE (logs a warning)");
+  cmd->callback([cmd, flags, o]() {
+    // Flags of `cleave train` that mean nothing here: the clients own the data.
+    for (const char* name : {"--limit-train", "--max-steps", "--microbatches", "--dataset", "--dataset-dir"})
+      if (cmd->get_option(name)->count() > 0)
+        throw CliError(std::string(name) + " does not apply to cleave split: the clients own the data; give it "
+                       "to them with cleaved --dataset/--dataset-dir/--shard/--limit-train");
+    finish_train_flags(*flags);
+    if (!o->insecure && (o->key_path.empty() || o->allow_path.empty()))
+      throw CliError("cleave split needs --key and --allow (or --insecure)");
+    try {
+      o->validate();
+    } catch (const std::exception& e) {
+      throw CliError(e.what());
+    }
+    if (o->insecure) std::fprintf(stderr, "cleave: WARNING: --insecure: links are not encrypted or authenticated\n");
+    install_interrupt_handler();
+    o->interrupted = interrupted;
+    nlohmann::json result = train_split(flags->config, *o);
+    write_json_file(flags->json_path, result);
+    std::printf("test_accuracy %.4f  epochs %d  clients %zu  labels %s%s  wall %.1f s\n",
+                result["test_accuracy"].get<double>(), flags->config.epochs, result["clients"].get<size_t>(),
+                result["labels"].get<std::string>().c_str(), o->splitfed ? "  splitfed" : "",
+                result["wall_seconds"].get<double>());
+  });
+}
+
+}  // namespace cleave

@@ -1,0 +1,113 @@
+// job_channel.cpp: see job_channel.h.
+#include "core/runtime/job_channel.h"
+
+#include <nlohmann/json.hpp>
+
+#include "transport/log.h"
+
+namespace cleave {
+
+using namespace transport;
+using Clock = std::chrono::steady_clock;
+
+bool JobChannel::poll(Millis timeout) {
+  auto r = client_.receive(timeout);
+  if (!r) {
+    if (r.is(FailureKind::kRejected))
+      log(LogLevel::kWarning, "cleaved " + name_ + ": rejected a message from the coordinator: " + r.failure().message);
+    return false;
+  }
+  last_heard_ = Clock::now();
+  Message& m = r.value();
+  if (auto* hb = std::get_if<HeartbeatMsg>(&m.body)) {
+    Message reply;
+    reply.body = *hb;
+    (void)client_.send(reply);
+  } else if (auto* pr = std::get_if<ProbeMsg>(&m.body)) {
+    // Link measurement: echo probes straight back (same size), so the
+    // coordinator can time round trips over this encrypted link.
+    if (pr->echo) {
+      Message reply;
+      reply.request_id = m.request_id;
+      reply.body = ProbeMsg{pr->sequence, pr->payload_bytes, false};
+      reply.payloads = std::move(m.payloads);
+      (void)client_.send(reply);
+    }
+  } else if (auto* t = std::get_if<TensorMsg>(&m.body)) {
+    std::vector<float> values = tensor_values(m);
+    tensors_[{static_cast<int>(t->kind), t->step, t->micro_batch}] =
+        TensorMessage::from_vector(t->kind, t->step, t->micro_batch, t->shape, std::move(values));
+  } else if (auto* w = std::get_if<WeightsMsg>(&m.body)) {
+    weights_[w->stage] = std::move(m);
+  } else if (std::holds_alternative<AssignMsg>(m.body) || std::holds_alternative<ControlMsg>(m.body)) {
+    commands_.push_back(std::move(m));
+  } else {
+    log(LogLevel::kWarning, "cleaved " + name_ + ": ignoring unexpected '" + body_kind_name(m.body) +
+                                "' message from the coordinator");
+  }
+  return true;
+}
+
+std::optional<Message> JobChannel::pop_command() {
+  if (commands_.empty()) return std::nullopt;
+  Message m = std::move(commands_.front());
+  commands_.pop_front();
+  return m;
+}
+
+bool JobChannel::stop_queued() const {
+  for (const auto& m : commands_)
+    if (auto* c = std::get_if<ControlMsg>(&m.body))
+      if (c->command == ControlCommand::kStop || c->command == ControlCommand::kShutdown) return true;
+  return false;
+}
+
+std::optional<TensorMessage> JobChannel::take_tensor(TensorKind kind, int64_t step, int mb) {
+  auto it = tensors_.find({static_cast<int>(kind), step, mb});
+  if (it == tensors_.end()) return std::nullopt;
+  TensorMessage t = std::move(it->second);
+  tensors_.erase(it);
+  return t;
+}
+
+std::optional<Message> JobChannel::take_weights(int stage) {
+  auto it = weights_.find(stage);
+  if (it == weights_.end()) return std::nullopt;
+  Message m = std::move(it->second);
+  weights_.erase(it);
+  return m;
+}
+
+std::chrono::milliseconds JobChannel::silence() const {
+  return std::chrono::duration_cast<Millis>(Clock::now() - last_heard_);
+}
+
+void JobChannel::send(const Message& m) {
+  Status s = client_.send(m);
+  if (!s)
+    log(LogLevel::kWarning, "cleaved " + name_ + ": cannot send '" + std::string(body_kind_name(m.body)) +
+                                "' to the coordinator: " + s.failure().message);
+}
+
+Message error_message(ErrorCode code, const std::string& text, uint64_t request_id) {
+  ErrorMsg e;
+  e.code = code;
+  e.message = text;
+  e.request_id = request_id;
+  Message m;
+  m.request_id = request_id;
+  m.body = e;
+  return m;
+}
+
+Message ack_message(uint64_t request_id, const nlohmann::json& detail) {
+  AckMsg a;
+  a.request_id = request_id;
+  a.detail = detail.dump();
+  Message m;
+  m.request_id = request_id;
+  m.body = a;
+  return m;
+}
+
+}  // namespace cleave

@@ -1,0 +1,71 @@
+// job_channel.h: a daemon's connection to the coordinator while it serves a
+// job (pipeline stage, split-learning client or server).
+//
+// It answers heartbeats and link probes at once, files tensors and weights
+// that arrive ahead of their use in mailboxes, and queues commands (assign,
+// control), so that whoever waits — the main loop, or a stage blocked on its
+// inputs — sees the coordinator's messages in arrival order and the
+// coordinator never sees the daemon fall silent.
+#pragma once
+
+#include <chrono>
+#include <deque>
+#include <map>
+#include <optional>
+#include <string>
+#include <tuple>
+
+#include <nlohmann/json.hpp>
+
+#include "transport/endpoint.h"
+#include "transport/link.h"
+#include "transport/message.h"
+
+namespace cleave {
+
+class JobChannel {
+ public:
+  JobChannel(transport::ClientEndpoint& client, std::string name) : client_(client), name_(std::move(name)) {}
+
+  // Handles at most one incoming message; returns false on timeout.
+  bool poll(transport::Millis timeout);
+  // Handles everything already queued, without waiting.
+  void drain() {
+    while (poll(transport::Millis(0))) {
+    }
+  }
+
+  std::optional<transport::Message> pop_command();
+  // True when a stop or shutdown is queued (a running step must give up).
+  bool stop_queued() const;
+
+  // A tensor from the coordinator with this (kind, step, micro-batch), if it arrived.
+  std::optional<transport::TensorMessage> take_tensor(transport::TensorKind kind, int64_t step, int mb);
+  // The weights message for `stage`, if one arrived (the newest wins).
+  std::optional<transport::Message> take_weights(int stage);
+  void clear_mailboxes() {
+    tensors_.clear();
+    weights_.clear();
+  }
+
+  std::chrono::milliseconds silence() const;
+  void heard_now() { last_heard_ = std::chrono::steady_clock::now(); }
+
+  // Sends to the coordinator; a failure is logged (the coordinator notices silence).
+  void send(const transport::Message& m);
+
+ private:
+  transport::ClientEndpoint& client_;
+  std::string name_;
+  std::deque<transport::Message> commands_;
+  std::map<std::tuple<int, int64_t, int>, transport::TensorMessage> tensors_;
+  std::map<int, transport::Message> weights_;
+  std::chrono::steady_clock::time_point last_heard_ = std::chrono::steady_clock::now();
+};
+
+// An `error` reply for request `request_id`.
+transport::Message error_message(transport::ErrorCode code, const std::string& text, uint64_t request_id);
+// An `ack` of request `request_id` whose detail is `detail` (JSON).
+transport::Message ack_message(uint64_t request_id, const nlohmann::json& detail);
+
+}  // namespace cleave

@@ -1,0 +1,79 @@
+// peer_pool.cpp: see peer_pool.h.
+#include "core/runtime/peer_pool.h"
+
+#include <stdexcept>
+
+#include "transport/log.h"
+
+namespace cleave {
+
+using namespace transport;
+using Clock = std::chrono::steady_clock;
+
+PeerPool::PeerPool(ServerEndpoint& server, std::string who, int peer_timeout_ms, std::function<bool()> interrupted)
+    : server_(server), who_(std::move(who)), peer_timeout_ms_(peer_timeout_ms), interrupted_(std::move(interrupted)) {}
+
+PoolPeer& PeerPool::add(const std::string& name, const RegisterMsg& reg, nlohmann::json details) {
+  if (auto it = index_.find(name); it != index_.end()) return peers_[it->second];
+  index_[name] = peers_.size();
+  peers_.push_back({name, reg, std::move(details), false, ""});
+  return peers_.back();
+}
+
+void PeerPool::mark_dead(const std::string& name, const std::string& why) {
+  auto it = index_.find(name);
+  if (it == index_.end()) return;
+  PoolPeer& p = peers_[it->second];
+  if (p.dead) return;
+  p.dead = true;
+  p.dead_reason = why;
+  log(LogLevel::kWarning, who_ + ": " + name + " " + why + (context ? context() : std::string()));
+}
+
+void PeerPool::check_health() {
+  if (interrupted_ && interrupted_()) throw std::runtime_error("interrupted");
+  if (!monitoring_) return;
+  for (const PeerEvent& e : server_.take_peer_events())
+    if (e.kind == PeerEvent::Kind::kDisconnected) mark_dead(e.peer, "disconnected");
+  if (Clock::now() - last_heartbeat_ > Millis(300)) {
+    last_heartbeat_ = Clock::now();
+    HeartbeatMsg hb;
+    hb.sequence = ++heartbeat_seq_;
+    Message m;
+    m.body = hb;
+    send_all(m);
+  }
+  for (const auto& p : peers_) {
+    if (p.dead) continue;
+    auto since = server_.since_last_seen(p.name);
+    if (since && *since > Millis(peer_timeout_ms_))
+      mark_dead(p.name, "stopped responding (silent for " + std::to_string(since->count() / 1000.0).substr(0, 4) + " s)");
+  }
+}
+
+std::optional<Received> PeerPool::receive(Millis timeout) {
+  check_health();
+  auto r = server_.receive(timeout);
+  if (!r) {
+    if (r.is(FailureKind::kRejected)) {
+      ++kinds_[r.failure().peer]["rejected-invalid"];
+      log(LogLevel::kWarning, who_ + ": rejected a message from " + r.failure().peer + ": " + r.failure().message);
+    }
+    return std::nullopt;
+  }
+  ++kinds_[r.value().peer][body_kind_name(r.value().message.body)];
+  if (std::holds_alternative<HeartbeatMsg>(r.value().message.body)) return std::nullopt;
+  return std::move(r.value());
+}
+
+nlohmann::json PeerPool::message_kinds(const std::string& peer) const {
+  auto it = kinds_.find(peer);
+  return it == kinds_.end() ? nlohmann::json::object() : nlohmann::json(it->second);
+}
+
+void PeerPool::send_all(const Message& m) {
+  for (const auto& p : peers_)
+    if (!p.dead) (void)server_.send(p.name, m);
+}
+
+}  // namespace cleave

@@ -1,0 +1,74 @@
+// peer_pool.h: the coordinator's view of the daemons of one run (federated
+// and split learning): who registered, who is alive, and every message kind
+// each one sent.
+//
+// receive() is the only way messages are read: it keeps the daemons'
+// heartbeats going, notices disconnects and silence (a daemon silent for
+// `peer_timeout_ms` is declared dead), counts each sender's message kinds for
+// the run's audit, and swallows heartbeats.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "transport/endpoint.h"
+#include "transport/message.h"
+
+namespace cleave {
+
+struct PoolPeer {
+  std::string name;
+  transport::RegisterMsg reg;
+  nlohmann::json details;  // the register message's details_json
+  bool dead = false;
+  std::string dead_reason;
+};
+
+class PeerPool {
+ public:
+  // `who` prefixes log lines ("cleave fed"); `interrupted` (may be empty) is
+  // polled by receive() and makes it throw std::runtime_error("interrupted").
+  PeerPool(transport::ServerEndpoint& server, std::string who, int peer_timeout_ms,
+           std::function<bool()> interrupted);
+
+  // Next message within `timeout` that is not a heartbeat (see above).
+  std::optional<transport::Received> receive(transport::Millis timeout);
+
+  // Adds a registered peer (health checks and heartbeats cover it from now on).
+  PoolPeer& add(const std::string& name, const transport::RegisterMsg& reg, nlohmann::json details);
+  bool has(const std::string& name) const { return index_.count(name) > 0; }
+  PoolPeer& at(const std::string& name) { return peers_.at(index_.at(name)); }
+  std::vector<PoolPeer>& peers() { return peers_; }
+  // Logs and records why `name` is dead (first reason wins).
+  void mark_dead(const std::string& name, const std::string& why);
+  // Health checks and heartbeats run only while monitoring (after set-up begins).
+  void set_monitoring(bool on) { monitoring_ = on; }
+  // Message kinds each peer sent: {peer: {kind: count}} (rejected messages as "rejected-invalid").
+  nlohmann::json message_kinds(const std::string& peer) const;
+  // Sends `m` to every live peer (errors ignored: a dead peer is noticed by the health checks).
+  void send_all(const transport::Message& m);
+  // Text appended to "peer X disconnected" log lines, e.g. " (round 3)".
+  std::function<std::string()> context;
+
+ private:
+  void check_health();
+
+  transport::ServerEndpoint& server_;
+  std::string who_;
+  int peer_timeout_ms_;
+  std::function<bool()> interrupted_;
+  std::vector<PoolPeer> peers_;
+  std::map<std::string, size_t> index_;
+  std::map<std::string, std::map<std::string, int64_t>> kinds_;
+  bool monitoring_ = false;
+  std::chrono::steady_clock::time_point last_heartbeat_ = std::chrono::steady_clock::now();
+  uint64_t heartbeat_seq_ = 0;
+};
+
+}  // namespace cleave

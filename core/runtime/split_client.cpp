@@ -1,0 +1,330 @@
+// split_client.cpp: the client role of split learning; see split_job.h.
+#include <chrono>
+#include <cmath>
+#include <memory>
+#include <optional>
+
+#include "core/data/loader.h"
+#include "core/data/shard.h"
+#include "core/model/partition.h"
+#include "core/nn/loss.h"
+#include "core/optim/optimizer.h"
+#include "core/runtime/memory_estimate.h"
+#include "core/runtime/split_job.h"
+#include "core/runtime/split_link.h"
+#include "core/runtime/wire.h"
+#include "core/util/rng.h"
+#include "transport/endpoint.h"
+#include "transport/link.h"
+#include "transport/log.h"
+
+namespace cleave {
+
+using namespace transport;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+Shape batched(int64_t n, const Shape& s) {
+  Shape out = s;
+  out.insert(out.begin(), n);
+  return out;
+}
+
+// The client's front (and tail), its data and its link to the server.
+class SplitClient {
+ public:
+  SplitClient(const SplitJobContext& ctx, const Dataset& train, const FedClientOptions& data)
+      : ctx_(ctx), train_(train), data_(data) {}
+
+  nlohmann::json setup(const AssignMsg& a) {
+    spec_ = ModelSpec::parse(nlohmann::json::parse(a.model_spec_json), "assigned model");
+    const auto training = nlohmann::json::parse(a.training_json);
+    labels_on_client_ = training.value("labels", std::string("server")) == "client";
+    index_ = training.at("client_index").get<int>();
+    seed_ = training.value("seed", static_cast<uint64_t>(1));
+    batch_ = training.value("batch", static_cast<int64_t>(64));
+    eval_batch_ = training.value("eval_batch", static_cast<int64_t>(256));
+    if (batch_ < 1 || eval_batch_ < 1) throw std::invalid_argument("batch sizes must be positive");
+    const int cut = a.layer_end, cut_back = training.value("cut_back", spec_.num_layers());
+    if (a.layer_begin != 0 || cut < 1 || cut >= spec_.num_layers() || (labels_on_client_ && (cut_back <= cut || cut_back >= spec_.num_layers())))
+      throw std::invalid_argument("bad split layout: front [" + std::to_string(a.layer_begin) + ", " + std::to_string(cut) +
+                                  "), back cut " + std::to_string(cut_back) + " of " + std::to_string(spec_.num_layers()) + " layers");
+    if (numel(spec_.input) != train_.sample_numel())
+      throw std::runtime_error(ctx_.options.name + ": the model's input " + shape_str(spec_.input) +
+                               " does not match its data (" + train_.name + " samples " + shape_str(train_.sample_shape) + ")");
+    if (train_.size() == 0) throw std::runtime_error(ctx_.options.name + ": this client's shard holds no training samples");
+    OptimizerConfig ocfg = OptimizerConfig::from_json(nlohmann::json::parse(a.optimizer_json));
+    loader_ = std::make_unique<BatchLoader>(train_, batch_, /*shuffle=*/true, seed_ + static_cast<uint64_t>(index_));
+    if (ocfg.total_steps == 0) ocfg.total_steps = loader_->batches_per_epoch() * training.value("epochs", 1);
+    const int64_t work_batch = std::max(batch_, eval_batch_);
+    StageMemory need = estimate_stage_memory(spec_, 0, cut, ocfg, work_batch, 1, 1);
+    if (labels_on_client_) {
+      const StageMemory tail = estimate_stage_memory(spec_, cut_back, spec_.num_layers(), ocfg, work_batch, 1, 1);
+      need.params += tail.params;
+      need.grads += tail.grads;
+      need.optimizer += tail.optimizer;
+      need.activations += tail.activations;
+    }
+    const MemoryInfo mem = ctx_.device.memory();
+    if (need.total() > mem.free)
+      throw OutOfMemory(ctx_.options.name + " cannot host the split client part: it needs " + need.describe() +
+                        " but only " + format_mib(mem.free) + " is available");
+    front_ = std::make_unique<Partition>(ctx_.device, spec_, 0, cut);
+    front_->init(seed_);
+    front_->zero_grad();
+    front_opt_ = std::make_unique<Optimizer>(ctx_.device, ocfg, front_->param_count());
+    if (labels_on_client_) {
+      tail_ = std::make_unique<Partition>(ctx_.device, spec_, cut_back, spec_.num_layers());
+      tail_->init(seed_);
+      tail_->zero_grad();
+      tail_opt_ = std::make_unique<Optimizer>(ctx_.device, ocfg, tail_->param_count());
+    }
+    // The test split, cut into the same shards as the training split.
+    const int64_t limit_test = training.value("limit_test", static_cast<int64_t>(-1));
+    try {
+      Dataset all = load_dataset(data_.dataset, data_.dataset_dir, /*train=*/false, limit_test);
+      test_ = subset(all, shard_indices(all, data_.shard, data_.num_shards, data_.partition, data_.seed));
+    } catch (const std::exception& e) {
+      log(LogLevel::kWarning, "cleaved " + ctx_.options.name + ": no test data for split evaluation: " + e.what());
+    }
+    // The cut-layer link: straight to the server, never through the coordinator.
+    if (!a.next) throw std::invalid_argument("the split assignment names no server");
+    ClientOptions lo;
+    lo.connect = a.next->endpoint;
+    lo.keys = ctx_.keys;
+    lo.server_public_key = a.next->public_key;
+    lo.insecure = ctx_.options.insecure;
+    lo.label = "cleaved " + ctx_.options.name + " -> split server";
+    auto link = dial_tensor_link(lo, a.link_encoding);
+    if (ctx_.options.bandwidth_limit > 0) link = throttle_link(std::move(link), ctx_.options.bandwidth_limit);
+    link_ = std::make_unique<SplitLink>(std::move(link), a.next->name.empty() ? "server" : a.next->name, ctx_);
+    log(LogLevel::kInfo, "cleaved " + ctx_.options.name + ": split client " + std::to_string(index_) + ": layers 0.." +
+                             std::to_string(cut - 1) + (labels_on_client_ ? " and " + std::to_string(cut_back) + ".." +
+                                                                               std::to_string(spec_.num_layers() - 1) : "") +
+                             ", " + std::to_string(train_.size()) + " training and " + std::to_string(test_.size()) +
+                             " test samples");
+    return {{"op", "split_setup"}, {"samples", train_.size()}, {"test_samples", test_.size()},
+            {"batches_per_epoch", loader_->batches_per_epoch()}, {"test_batches", test_batches()}};
+  }
+
+  SplitJobEnd serve() {
+    for (;;) {
+      if (ctx_.stop) return SplitJobEnd::abandoned;
+      ctx_.channel.poll(Millis(100));
+      if (ctx_.channel.silence() > Millis(ctx_.options.coordinator_timeout_ms)) {
+        log(LogLevel::kWarning, "cleaved " + ctx_.options.name + ": split job abandoned: the coordinator has been silent for " +
+                                    std::to_string(ctx_.channel.silence().count()) + " ms");
+        return SplitJobEnd::abandoned;
+      }
+      while (auto m = ctx_.channel.pop_command())
+        if (auto end = handle(*m)) return *end;
+    }
+  }
+
+ private:
+  int64_t test_batches() const { return (test_.size() + eval_batch_ - 1) / eval_batch_; }
+
+  std::optional<SplitJobEnd> handle(const Message& m) {
+    const uint64_t rid = m.request_id;
+    if (std::holds_alternative<AssignMsg>(m.body)) {
+      ctx_.channel.send(error_message(ErrorCode::kUnexpectedKind, ctx_.options.name + " is already running a split job", rid));
+      return std::nullopt;
+    }
+    const auto& c = std::get<ControlMsg>(m.body);
+    if (c.command == ControlCommand::kShutdown) {
+      ctx_.channel.send(ack_message(rid, {{"op", "shutdown"}}));
+      return SplitJobEnd::shutdown;
+    }
+    if (c.command == ControlCommand::kStop) {
+      ctx_.channel.send(ack_message(rid, {{"op", "finish"}, {"steps", train_steps_}}));
+      return SplitJobEnd::finished;
+    }
+    try {
+      if (c.command == ControlCommand::kCheckpoint) {  // SplitFed: hand the client-side blocks in for averaging
+        send_weights(0, *front_, rid);
+        if (tail_) send_weights(2, *tail_, rid);
+        return std::nullopt;
+      }
+      const nlohmann::json arg = control_argument(c);
+      const std::string op = arg.value("op", std::string());
+      const int round = arg.value("round", 0);
+      nlohmann::json done = {{"op", op + "_done"}, {"round", round}};
+      if (op == "split_round") {
+        done["steps"] = train_round(round);
+      } else if (op == "split_eval") {
+        evaluate(round);
+      } else if (op == "split_weights") {  // SplitFed: the averaged blocks arrived just before
+        take_weights(0, *front_);
+        if (tail_) take_weights(2, *tail_);
+      } else {
+        ctx_.channel.send(error_message(ErrorCode::kBadMessage, "unknown control op '" + op + "' in a split job", rid));
+        return std::nullopt;
+      }
+      const LinkStats s = link_->stats();
+      done["bytes_sent"] = s.payload_bytes_sent;
+      done["bytes_received"] = s.payload_bytes_received;
+      ctx_.channel.send(ack_message(rid, done));
+    } catch (const SplitJobAborted& e) {
+      log(LogLevel::kWarning, "cleaved " + ctx_.options.name + ": split job ended: " + e.what());
+      return ctx_.stop ? SplitJobEnd::abandoned : std::optional<SplitJobEnd>{};
+    } catch (const std::exception& e) {
+      ctx_.channel.send(error_message(ErrorCode::kInternal, ctx_.options.name + " (split client) failed: " + e.what(), rid));
+    }
+    return std::nullopt;
+  }
+
+  // One pass over the shard; returns the batches trained.
+  int64_t train_round(int round) {
+    Device& dev = ctx_.device;
+    loader_->start_epoch(round);
+    const bool classify = spec_.loss == LossKind::cross_entropy;
+    int64_t steps = 0;
+    samples_last_round_ = 0;
+    for (int64_t b = 0; b < loader_->batches_per_epoch(); ++b) {
+      ctx_.channel.drain();
+      check_split_job_alive(ctx_);
+      const Batch bt = loader_->get(b);
+      Tensor x(dev, batched(bt.size, spec_.input));
+      x.from_host(bt.x.data());
+      Tensor t(dev, classify ? Shape{bt.size} : batched(bt.size, spec_.output()));
+      t.from_host(bt.y.data());
+      const uint64_t dropout_seed = derive_seed(seed_ + static_cast<uint64_t>(index_), static_cast<uint64_t>(train_steps_), 0);
+      Tensor a = front_->forward(x, 0, /*training=*/true, dropout_seed);
+      link_->send(TensorKind::kActivation, seq_, a);
+      if (!labels_on_client_) {
+        link_->send(TensorKind::kLabels, seq_, t);  // vanilla: the labels go to the server
+      } else {
+        Tensor h = link_->receive(TensorKind::kActivation, seq_);
+        check_rows(h, bt.size, tail_->input_shape(), "server output");
+        Tensor z = tail_->forward(h, 0, /*training=*/true, dropout_seed);
+        Tensor dz(dev, z.shape());
+        const LossResult r = compute_loss(dev, spec_.loss, z, t, dz, 1.0f / static_cast<float>(bt.size));
+        Tensor dh = tail_->backward(dz, 0, /*need_dx=*/true);
+        link_->send(TensorKind::kGradient, seq_, dh);
+        tail_opt_->step(tail_->params(), tail_->grads());
+        tail_->zero_grad();
+        MetricsMsg mm;
+        mm.stage = index_;
+        mm.step = train_steps_;
+        mm.loss_sum = r.loss_sum;
+        mm.correct = r.correct;
+        mm.sample_count = bt.size;
+        mm.timings_json = nlohmann::json{{"phase", "train"}, {"round", round}}.dump();
+        Message msg;
+        msg.body = mm;
+        ctx_.channel.send(msg);
+      }
+      Tensor da = link_->receive(TensorKind::kGradient, seq_);
+      check_rows(da, bt.size, front_->output_shape(), "cut-layer gradient");
+      front_->backward(da, 0, /*need_dx=*/false);
+      front_opt_->step(front_->params(), front_->grads());
+      front_->zero_grad();
+      ++seq_;
+      ++train_steps_;
+      ++steps;
+      samples_last_round_ += bt.size;
+    }
+    return steps;
+  }
+
+  void evaluate(int round) {
+    Device& dev = ctx_.device;
+    const bool classify = spec_.loss == LossKind::cross_entropy;
+    double loss_sum = 0;
+    int64_t correct = 0;
+    for (int64_t lo = 0; lo < test_.size(); lo += eval_batch_) {
+      ctx_.channel.drain();
+      check_split_job_alive(ctx_);
+      const int64_t n = std::min(eval_batch_, test_.size() - lo);
+      const int64_t per = test_.sample_numel();
+      Tensor x(dev, batched(n, spec_.input));
+      x.from_host(test_.x.data() + lo * per);
+      Tensor t(dev, classify ? Shape{n} : batched(n, spec_.output()));
+      t.from_host(test_.y.data() + lo * (classify ? 1 : numel(spec_.output())));
+      Tensor a = front_->forward(x, 0, /*training=*/false);
+      link_->send(TensorKind::kActivation, seq_, a);
+      Tensor z = link_->receive(TensorKind::kActivation, seq_);
+      ++seq_;
+      if (tail_) z = tail_->forward(z, 0, /*training=*/false);
+      check_rows(z, n, spec_.output(), "model output");
+      Tensor dz(dev, z.shape());
+      const LossResult r = compute_loss(dev, spec_.loss, z, t, dz, 1.0f);
+      loss_sum += r.loss_sum;
+      correct += r.correct;
+    }
+    MetricsMsg mm;
+    mm.stage = index_;
+    mm.step = round;
+    mm.loss_sum = loss_sum;
+    mm.correct = correct;
+    mm.sample_count = test_.size();
+    mm.timings_json = nlohmann::json{{"phase", "eval"}, {"round", round}}.dump();
+    Message msg;
+    msg.body = mm;
+    ctx_.channel.send(msg);
+  }
+
+  void check_rows(const Tensor& t, int64_t rows, const Shape& per_sample, const char* what) const {
+    if (t.shape() != batched(rows, per_sample))
+      throw std::runtime_error("the server sent a " + std::string(what) + " of shape " + shape_str(t.shape()) + ", expected " +
+                               shape_str(batched(rows, per_sample)));
+  }
+
+  void send_weights(int stage, const Partition& p, uint64_t rid) {
+    auto values = std::make_shared<std::vector<float>>(p.params().to_host());
+    WeightsMsg w;
+    w.stage = stage;
+    w.round = train_steps_;
+    w.sample_count = samples_last_round_;
+    w.num_elements = static_cast<int64_t>(values->size());
+    Message m = make_weights_message(w, values->data(), values->size(), values);
+    m.request_id = rid;
+    ctx_.channel.send(m);
+  }
+
+  void take_weights(int stage, Partition& p) {
+    auto m = ctx_.channel.take_weights(stage);
+    if (!m) throw std::runtime_error("no averaged weights for block " + std::to_string(stage) + " arrived");
+    const auto& w = std::get<WeightsMsg>(m->body);
+    if (w.num_elements != p.param_count())
+      throw std::runtime_error("averaged block " + std::to_string(stage) + " holds " + std::to_string(w.num_elements) +
+                               " values, the part has " + std::to_string(p.param_count()));
+    p.params().from_host(weights_values(*m));
+  }
+
+  const SplitJobContext& ctx_;
+  const Dataset& train_;
+  const FedClientOptions& data_;
+  ModelSpec spec_;
+  bool labels_on_client_ = false;
+  int index_ = 0;
+  uint64_t seed_ = 1;
+  int64_t batch_ = 64, eval_batch_ = 256;
+  std::unique_ptr<BatchLoader> loader_;
+  Dataset test_;
+  std::unique_ptr<Partition> front_, tail_;
+  std::unique_ptr<Optimizer> front_opt_, tail_opt_;
+  std::unique_ptr<SplitLink> link_;
+  int64_t seq_ = 0, train_steps_ = 0, samples_last_round_ = 0;
+};
+
+}  // namespace
+
+SplitJobEnd run_split_client(const SplitJobContext& ctx, const Dataset& train, const FedClientOptions& data,
+                             const AssignMsg& assign, uint64_t request_id) {
+  SplitClient client(ctx, train, data);
+  nlohmann::json detail;
+  try {
+    detail = client.setup(assign);
+  } catch (const std::exception& e) {
+    log(LogLevel::kWarning, "cleaved " + ctx.options.name + ": refused split client job: " + e.what());
+    ctx.channel.send(error_message(ErrorCode::kRefused, e.what(), request_id));
+    return SplitJobEnd::refused;
+  }
+  ctx.channel.send(ack_message(request_id, detail));
+  return client.serve();
+}
+
+}  // namespace cleave

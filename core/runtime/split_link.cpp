@@ -1,0 +1,89 @@
+// split_link.cpp: see split_link.h.
+#include "core/runtime/split_link.h"
+
+#include "core/runtime/wire.h"
+#include "transport/log.h"
+
+namespace cleave {
+
+using namespace transport;
+
+namespace {
+
+const char* kind_key(TensorKind k) {
+  switch (k) {
+    case TensorKind::kActivation: return "activation";
+    case TensorKind::kGradient: return "gradient";
+    case TensorKind::kInput: return "input";
+    case TensorKind::kLabels: return "labels";
+  }
+  return "unknown";
+}
+
+}  // namespace
+
+void check_split_job_alive(const SplitJobContext& ctx) {
+  if (ctx.stop) throw SplitJobAborted("daemon is stopping");
+  if (ctx.channel.stop_queued()) throw SplitJobAborted("the coordinator stopped the job");
+  if (ctx.channel.silence() > Millis(ctx.options.coordinator_timeout_ms))
+    throw SplitJobAborted("the coordinator has been silent for " + std::to_string(ctx.channel.silence().count()) + " ms");
+}
+
+SplitLink::SplitLink(std::unique_ptr<TensorLink> link, std::string peer, const SplitJobContext& ctx)
+    : link_(std::move(link)), peer_(std::move(peer)), ctx_(ctx) {}
+
+Tensor SplitLink::receive(TensorKind kind, int64_t seq) {
+  const auto key = std::make_pair(static_cast<int>(kind), seq);
+  for (;;) {
+    if (auto it = early_.find(key); it != early_.end()) {
+      TensorMessage t = std::move(it->second);
+      early_.erase(it);
+      return from_message(ctx_.device, t);
+    }
+    auto r = link_->receive(Millis(20));
+    if (r) {
+      TensorMessage& t = r.value();
+      KindRecord& rec = record_[kind_key(t.kind)];
+      ++rec.count;
+      if (!t.shape.empty()) rec.sample_shapes.insert(Shape(t.shape.begin() + 1, t.shape.end()));
+      if (t.kind == kind && t.step == seq) return from_message(ctx_.device, t);
+      if (t.step < seq)
+        throw std::runtime_error(peer_ + " sent a stale " + kind_key(t.kind) + " tensor (#" + std::to_string(t.step) +
+                                 ", expected #" + std::to_string(seq) + ")");
+      if (early_.size() > 64)
+        throw std::runtime_error(peer_ + " sent more than 64 tensors ahead of #" + std::to_string(seq));
+      early_[{static_cast<int>(t.kind), t.step}] = std::move(t);
+      continue;
+    }
+    if (r.is(FailureKind::kClosed)) throw std::runtime_error("the link to " + peer_ + " closed");
+    if (r.is(FailureKind::kRejected))
+      log(LogLevel::kWarning, "cleaved " + ctx_.options.name + ": rejected input from " + peer_ + ": " + r.failure().message);
+    ctx_.channel.drain();
+    check_split_job_alive(ctx_);
+  }
+}
+
+void SplitLink::send(TensorKind kind, int64_t seq, const Tensor& t) {
+  const TensorMessage m = to_message(t, kind, seq, 0);
+  for (;;) {
+    Status s = link_->send(m);
+    if (s) return;
+    if (!s.is(FailureKind::kUnreachable))
+      throw std::runtime_error("cannot send to " + peer_ + ": " + s.failure().message);
+    // The peer has not said hello yet: wait for it.
+    ctx_.channel.poll(Millis(20));
+    check_split_job_alive(ctx_);
+  }
+}
+
+nlohmann::json SplitLink::received_record() const {
+  nlohmann::json out = nlohmann::json::object();
+  for (const auto& [kind, rec] : record_) {
+    nlohmann::json shapes = nlohmann::json::array();
+    for (const auto& s : rec.sample_shapes) shapes.push_back(s);
+    out[kind] = {{"count", rec.count}, {"sample_shapes", shapes}};
+  }
+  return out;
+}
+
+}  // namespace cleave

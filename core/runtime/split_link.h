@@ -1,0 +1,59 @@
+// split_link.h: the cut-layer link of a split-learning job, shared by the
+// client and server roles (split_job.h).
+//
+// A SplitLink wraps the TensorLink to one peer. Receiving waits for the
+// tensor of a given kind and sequence number while keeping the coordinator
+// connection served (heartbeats answered, a queued stop noticed), files
+// tensors that arrive ahead of their turn, and records what the peer sent
+// (kind, count, per-sample shape) so a run can prove what left a client.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <set>
+#include <stdexcept>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "core/runtime/split_job.h"
+#include "transport/link.h"
+
+namespace cleave {
+
+// The job must end now (stop queued, daemon stopping, coordinator silent).
+struct SplitJobAborted : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// Throws SplitJobAborted when the job must end (see above).
+void check_split_job_alive(const SplitJobContext& ctx);
+
+class SplitLink {
+ public:
+  SplitLink(std::unique_ptr<transport::TensorLink> link, std::string peer, const SplitJobContext& ctx);
+
+  // The tensor (kind, seq) from the peer as a tensor on the job's device.
+  // Throws std::runtime_error when the link closes, SplitJobAborted when the job ends.
+  Tensor receive(transport::TensorKind kind, int64_t seq);
+  // Sends `t` as (kind, seq); waits while the peer has not said hello yet.
+  void send(transport::TensorKind kind, int64_t seq, const Tensor& t);
+
+  const std::string& peer() const { return peer_; }
+  transport::LinkStats stats() const { return link_->stats(); }
+  // {"activation": {"count": n, "sample_shapes": [[32, 13, 13]]}, "labels": {...}, ...}
+  nlohmann::json received_record() const;
+
+ private:
+  struct KindRecord {
+    int64_t count = 0;
+    std::set<Shape> sample_shapes;
+  };
+  std::unique_ptr<transport::TensorLink> link_;
+  std::string peer_;
+  const SplitJobContext& ctx_;
+  std::map<std::pair<int, int64_t>, transport::TensorMessage> early_;
+  std::map<std::string, KindRecord> record_;
+};
+
+}  // namespace cleave

@@ -1,0 +1,241 @@
+// split_server.cpp: the server role of split learning; see split_job.h.
+#include <chrono>
+#include <memory>
+#include <vector>
+
+#include "core/model/partition.h"
+#include "core/nn/loss.h"
+#include "core/optim/optimizer.h"
+#include "core/runtime/memory_estimate.h"
+#include "core/runtime/split_job.h"
+#include "core/runtime/split_link.h"
+#include "core/runtime/wire.h"
+#include "core/util/rng.h"
+#include "transport/endpoint.h"
+#include "transport/link.h"
+#include "transport/log.h"
+
+namespace cleave {
+
+using namespace transport;
+
+bool is_split_assign(const AssignMsg& assign) {
+  if (assign.training_json.empty()) return false;
+  auto j = nlohmann::json::parse(assign.training_json, nullptr, false);
+  return !j.is_discarded() && j.is_object() && j.value("mode", std::string()) == "split";
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+void info(const SplitJobContext& ctx, const std::string& text) {
+  log(LogLevel::kInfo, "cleaved " + ctx.options.name + ": " + text);
+}
+
+// The server's part and one link per client.
+class SplitServer {
+ public:
+  explicit SplitServer(const SplitJobContext& ctx) : ctx_(ctx) {}
+
+  // Builds the part and binds the clients' endpoints; returns them for the ack.
+  nlohmann::json setup(const AssignMsg& a) {
+    spec_ = ModelSpec::parse(nlohmann::json::parse(a.model_spec_json), "assigned model");
+    const auto training = nlohmann::json::parse(a.training_json);
+    labels_on_client_ = training.value("labels", std::string("server")) == "client";
+    seed_ = training.value("seed", static_cast<uint64_t>(1));
+    const int64_t batch = training.value("batch", static_cast<int64_t>(64));
+    const OptimizerConfig ocfg = OptimizerConfig::from_json(nlohmann::json::parse(a.optimizer_json));
+    const auto& clients = training.at("clients");
+    if (!clients.is_array() || clients.empty()) throw std::invalid_argument("a split server needs at least one client");
+    // Activations of one batch in flight, plus the evaluation batch's working set.
+    const StageMemory need = estimate_stage_memory(spec_, a.layer_begin, a.layer_end, ocfg,
+                                                   std::max<int64_t>(batch, training.value("eval_batch", batch)), 1, 1);
+    const MemoryInfo mem = ctx_.device.memory();
+    if (need.total() > mem.free)
+      throw OutOfMemory(ctx_.options.name + " cannot host the split server part (layers " + std::to_string(a.layer_begin) +
+                        ".." + std::to_string(a.layer_end - 1) + "): it needs " + need.describe() + " but only " +
+                        format_mib(mem.free) + " is available");
+    part_ = std::make_unique<Partition>(ctx_.device, spec_, a.layer_begin, a.layer_end);
+    part_->init(seed_);
+    part_->zero_grad();
+    optimizer_ = std::make_unique<Optimizer>(ctx_.device, ocfg, part_->param_count());
+    nlohmann::json endpoints = nlohmann::json::object();
+    for (const auto& c : clients) {
+      const std::string name = c.at("name").get<std::string>();
+      ServerOptions so;
+      so.bind = ctx_.options.peer_bind;
+      so.keys = ctx_.keys;
+      so.insecure = ctx_.options.insecure;
+      if (!so.insecure) so.allow.add(name, c.at("public_key").get<std::string>());
+      so.label = "cleaved " + ctx_.options.name + " split server for " + name;
+      auto server = std::make_unique<ServerEndpoint>(so);
+      endpoints[name] = server->endpoint();
+      auto link = serve_tensor_link(*server, name, a.link_encoding);
+      if (ctx_.options.bandwidth_limit > 0) link = throttle_link(std::move(link), ctx_.options.bandwidth_limit);
+      servers_.push_back(std::move(server));
+      clients_.push_back({std::make_unique<SplitLink>(std::move(link), name, ctx_), 0, 0});
+    }
+    info(ctx_, "split server: layers " + std::to_string(a.layer_begin) + ".." + std::to_string(a.layer_end - 1) + " for " +
+                   std::to_string(clients_.size()) + " client(s), labels on the " + (labels_on_client_ ? "client" : "server"));
+    return endpoints;
+  }
+
+  SplitJobEnd serve() {
+    for (;;) {
+      if (ctx_.stop) return SplitJobEnd::abandoned;
+      ctx_.channel.poll(Millis(100));
+      if (ctx_.channel.silence() > Millis(ctx_.options.coordinator_timeout_ms)) {
+        log(LogLevel::kWarning, "cleaved " + ctx_.options.name + ": split job abandoned: the coordinator has been silent for " +
+                                    std::to_string(ctx_.channel.silence().count()) + " ms");
+        return SplitJobEnd::abandoned;
+      }
+      while (auto m = ctx_.channel.pop_command())
+        if (auto end = handle(*m)) return *end;
+    }
+  }
+
+ private:
+  struct Client {
+    std::unique_ptr<SplitLink> link;
+    int64_t seq = 0;          // tensors exchanged on the link (training and evaluation batches)
+    int64_t train_steps = 0;  // training batches served (dropout seeds)
+  };
+
+  std::optional<SplitJobEnd> handle(const Message& m) {
+    const uint64_t rid = m.request_id;
+    if (std::holds_alternative<AssignMsg>(m.body)) {
+      ctx_.channel.send(error_message(ErrorCode::kUnexpectedKind, ctx_.options.name + " is already running a split job", rid));
+      return std::nullopt;
+    }
+    const auto& c = std::get<ControlMsg>(m.body);
+    if (c.command == ControlCommand::kShutdown) {
+      ctx_.channel.send(ack_message(rid, {{"op", "shutdown"}}));
+      return SplitJobEnd::shutdown;
+    }
+    if (c.command == ControlCommand::kStop) {
+      ctx_.channel.send(ack_message(rid, {{"op", "finish"}, {"received", received_record()}}));
+      return SplitJobEnd::finished;
+    }
+    nlohmann::json arg;
+    try {
+      arg = control_argument(c);
+      const std::string op = arg.value("op", std::string());
+      const std::vector<int> order = arg.value("order", std::vector<int>{});
+      for (int ci : order)
+        if (ci < 0 || ci >= static_cast<int>(clients_.size()))
+          throw std::invalid_argument("split order names client " + std::to_string(ci) + " of " +
+                                      std::to_string(clients_.size()));
+      if (c.command == ControlCommand::kStart && op == "split_round") {
+        for (int ci : order) train_batch(ci, arg.value("round", 0));
+      } else if (c.command == ControlCommand::kStart && op == "split_eval") {
+        for (int ci : order) eval_batch(ci);
+      } else {
+        ctx_.channel.send(error_message(ErrorCode::kBadMessage, "unknown control op '" + op + "' in a split job", rid));
+        return std::nullopt;
+      }
+      nlohmann::json links = nlohmann::json::object();
+      for (const auto& cl : clients_) {
+        const LinkStats s = cl.link->stats();
+        links[cl.link->peer()] = {{"bytes_sent", s.payload_bytes_sent}, {"bytes_received", s.payload_bytes_received},
+                                  {"messages_sent", s.messages_sent}, {"messages_received", s.messages_received}};
+      }
+      ctx_.channel.send(ack_message(rid, {{"op", op + "_done"}, {"round", arg.value("round", 0)}, {"links", links},
+                                         {"received", received_record()}}));
+    } catch (const SplitJobAborted& e) {
+      log(LogLevel::kWarning, "cleaved " + ctx_.options.name + ": split job ended: " + e.what());
+      return ctx_.stop ? SplitJobEnd::abandoned : std::optional<SplitJobEnd>{};
+    } catch (const std::exception& e) {
+      ctx_.channel.send(error_message(ErrorCode::kInternal, ctx_.options.name + " (split server) failed: " + e.what(), rid));
+    }
+    return std::nullopt;
+  }
+
+  void check_shape(const Client& cl, const Tensor& t, const Shape& per_sample, const char* what) const {
+    Shape want = per_sample;
+    want.insert(want.begin(), t.shape().empty() ? 0 : t.dim(0));
+    if (t.shape() != want)
+      throw std::runtime_error(cl.link->peer() + " sent " + what + " of shape " + shape_str(t.shape()) + ", expected " +
+                               shape_str(want));
+  }
+
+  void train_batch(int ci, int round) {
+    Client& cl = clients_[static_cast<size_t>(ci)];
+    Device& dev = ctx_.device;
+    Tensor x = cl.link->receive(TensorKind::kActivation, cl.seq);
+    check_shape(cl, x, part_->input_shape(), "cut-layer activations");
+    const uint64_t dropout_seed = derive_seed(seed_ + static_cast<uint64_t>(ci), static_cast<uint64_t>(cl.train_steps), 0);
+    Tensor y = part_->forward(x, 0, /*training=*/true, dropout_seed);
+    const int64_t n = y.dim(0);
+    Tensor dy;
+    if (!labels_on_client_) {
+      Tensor t = cl.link->receive(TensorKind::kLabels, cl.seq);
+      dy = Tensor(dev, y.shape());
+      const LossResult r = compute_loss(dev, spec_.loss, y, t, dy, 1.0f / static_cast<float>(n));
+      MetricsMsg mm;
+      mm.stage = ci;
+      mm.step = cl.train_steps;
+      mm.loss_sum = r.loss_sum;
+      mm.correct = r.correct;
+      mm.sample_count = n;
+      mm.timings_json = nlohmann::json{{"phase", "train"}, {"round", round}}.dump();
+      Message msg;
+      msg.body = mm;
+      ctx_.channel.send(msg);
+    } else {
+      cl.link->send(TensorKind::kActivation, cl.seq, y);
+      dy = cl.link->receive(TensorKind::kGradient, cl.seq);
+      if (dy.shape() != y.shape())
+        throw std::runtime_error(cl.link->peer() + " sent a gradient of shape " + shape_str(dy.shape()) + " for an output of " +
+                                 shape_str(y.shape()));
+    }
+    Tensor dx = part_->backward(dy, 0, /*need_dx=*/true);
+    cl.link->send(TensorKind::kGradient, cl.seq, dx);
+    optimizer_->step(part_->params(), part_->grads());
+    part_->zero_grad();
+    ++cl.seq;
+    ++cl.train_steps;
+  }
+
+  void eval_batch(int ci) {
+    Client& cl = clients_[static_cast<size_t>(ci)];
+    Tensor x = cl.link->receive(TensorKind::kActivation, cl.seq);
+    check_shape(cl, x, part_->input_shape(), "cut-layer activations");
+    Tensor y = part_->forward(x, 0, /*training=*/false);
+    cl.link->send(TensorKind::kActivation, cl.seq, y);
+    ++cl.seq;
+  }
+
+  nlohmann::json received_record() const {
+    nlohmann::json out = nlohmann::json::object();
+    for (const auto& cl : clients_) out[cl.link->peer()] = cl.link->received_record();
+    return out;
+  }
+
+  const SplitJobContext& ctx_;
+  ModelSpec spec_;
+  bool labels_on_client_ = false;
+  uint64_t seed_ = 1;
+  std::unique_ptr<Partition> part_;
+  std::unique_ptr<Optimizer> optimizer_;
+  std::vector<std::unique_ptr<ServerEndpoint>> servers_;
+  std::vector<Client> clients_;
+};
+
+}  // namespace
+
+SplitJobEnd run_split_server(const SplitJobContext& ctx, const AssignMsg& assign, uint64_t request_id) {
+  SplitServer server(ctx);
+  nlohmann::json endpoints;
+  try {
+    endpoints = server.setup(assign);
+  } catch (const std::exception& e) {
+    log(LogLevel::kWarning, "cleaved " + ctx.options.name + ": refused split server job: " + e.what());
+    ctx.channel.send(error_message(ErrorCode::kRefused, e.what(), request_id));
+    return SplitJobEnd::refused;
+  }
+  ctx.channel.send(ack_message(request_id, {{"op", "split_setup"}, {"endpoints", endpoints}}));
+  return server.serve();
+}
+
+}  // namespace cleave
