@@ -16,6 +16,7 @@
 #include "core/data/loader.h"
 #include "core/fed/strategy.h"
 #include "core/model/partition.h"
+#include "core/runtime/peer_pool.h"
 #include "core/runtime/wire.h"
 #include "core/train/evaluate.h"
 #include "core/util/rng.h"
@@ -47,15 +48,6 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-struct Client {
-  std::string name;
-  RegisterMsg reg;
-  nlohmann::json details;
-  bool dead = false;
-  std::string dead_reason;
-  int rounds = 0;  // rounds whose update was accepted
-};
-
 // What one sampled client produced in the current round.
 struct Reply {
   std::optional<ClientUpdate> update;
@@ -70,9 +62,8 @@ class FedDriver {
   nlohmann::json run();
 
  private:
-  std::optional<Received> receive(Millis timeout);
-  void check_health();
-  void mark_dead(const std::string& name, const std::string& why);
+  std::optional<Received> receive(Millis timeout) { return pool_->receive(timeout); }
+  PoolPeer& client(const std::string& name) { return pool_->at(name); }
   [[noreturn]] void fail(const std::string& text) { throw std::runtime_error(text); }
   void stop_all();
   EvalResult evaluate_global(Partition& whole, const std::vector<Dataset>& test_chunks);
@@ -80,61 +71,11 @@ class FedDriver {
   const TrainConfig& cfg_;
   const FedOptions& opts_;
   std::unique_ptr<ServerEndpoint> server_;
-  std::vector<Client> clients_;  // sorted by name once all registered
-  std::map<std::string, size_t> by_name_;
-  std::map<std::string, std::map<std::string, int64_t>> kinds_;  // peer -> message kind -> count
-  bool running_ = false;
+  std::unique_ptr<PeerPool> pool_;
+  std::vector<std::string> clients_;            // sorted by name once all registered
+  std::map<std::string, int> rounds_accepted_;  // rounds whose update was accepted, by client
   int current_round_ = -1;
-  Clock::time_point last_heartbeat_ = Clock::now();
-  uint64_t heartbeat_seq_ = 0;
 };
-
-void FedDriver::mark_dead(const std::string& name, const std::string& why) {
-  auto it = by_name_.find(name);
-  if (it == by_name_.end()) return;
-  Client& c = clients_[it->second];
-  if (c.dead) return;
-  c.dead = true;
-  c.dead_reason = why;
-  log(LogLevel::kWarning, "cleave fed: client " + name + " " + why + " (round " + std::to_string(current_round_) + ")");
-}
-
-void FedDriver::check_health() {
-  if (opts_.interrupted && opts_.interrupted()) fail("interrupted");
-  if (!running_) return;
-  for (const PeerEvent& e : server_->take_peer_events())
-    if (e.kind == PeerEvent::Kind::kDisconnected) mark_dead(e.peer, "disconnected");
-  if (Clock::now() - last_heartbeat_ > Millis(300)) {
-    last_heartbeat_ = Clock::now();
-    HeartbeatMsg hb;
-    hb.sequence = ++heartbeat_seq_;
-    Message m;
-    m.body = hb;
-    for (const auto& c : clients_)
-      if (!c.dead) (void)server_->send(c.name, m);
-  }
-  for (const auto& c : clients_) {
-    if (c.dead) continue;
-    auto since = server_->since_last_seen(c.name);
-    if (since && *since > Millis(opts_.peer_timeout_ms))
-      mark_dead(c.name, "stopped responding (silent for " + std::to_string(since->count() / 1000.0).substr(0, 4) + " s)");
-  }
-}
-
-std::optional<Received> FedDriver::receive(Millis timeout) {
-  check_health();
-  auto r = server_->receive(timeout);
-  if (!r) {
-    if (r.is(FailureKind::kRejected)) {
-      ++kinds_[r.failure().peer]["rejected-invalid"];
-      log(LogLevel::kWarning, "cleave fed: rejected a message from " + r.failure().peer + ": " + r.failure().message);
-    }
-    return std::nullopt;
-  }
-  ++kinds_[r.value().peer][body_kind_name(r.value().message.body)];
-  if (std::holds_alternative<HeartbeatMsg>(r.value().message.body)) return std::nullopt;
-  return std::move(r.value());
-}
 
 EvalResult FedDriver::evaluate_global(Partition& whole, const std::vector<Dataset>& test_chunks) {
   // In slices, keeping the clients' heartbeats going in between.
@@ -156,13 +97,10 @@ EvalResult FedDriver::evaluate_global(Partition& whole, const std::vector<Datase
 }
 
 void FedDriver::stop_all() {
-  for (const auto& c : clients_) {
-    if (c.dead) continue;
-    Message m = control(ControlCommand::kStop, {{"op", "finish"}});
-    m.request_id = 900000;
-    (void)server_->send(c.name, m);
-    if (opts_.shutdown_clients) (void)server_->send(c.name, control(ControlCommand::kShutdown, {{"op", "shutdown"}}));
-  }
+  Message m = control(ControlCommand::kStop, {{"op", "finish"}});
+  m.request_id = 900000;
+  pool_->send_all(m);
+  if (opts_.shutdown_clients) pool_->send_all(control(ControlCommand::kShutdown, {{"op", "shutdown"}}));
 }
 
 nlohmann::json FedDriver::run() {
@@ -207,6 +145,8 @@ nlohmann::json FedDriver::run() {
     so.allow = AllowList::load(opts_.allow_path);
   }
   server_ = std::make_unique<ServerEndpoint>(so);
+  pool_ = std::make_unique<PeerPool>(*server_, "cleave fed", opts_.peer_timeout_ms, opts_.interrupted);
+  pool_->context = [this] { return " (round " + std::to_string(current_round_) + ")"; };
   if (opts_.on_listening) opts_.on_listening(server_->endpoint());
   if (cfg_.progress)
     std::fprintf(stderr, "cleave fed: listening on %s, waiting for %d client(s)\n", server_->endpoint().c_str(),
@@ -218,7 +158,7 @@ nlohmann::json FedDriver::run() {
   while (static_cast<int>(clients_.size()) < opts_.clients) {
     if (seconds_since(t_reg) * 1000 > opts_.register_timeout_ms) {
       std::string names;
-      for (const auto& c : clients_) names += (names.empty() ? "" : ", ") + c.name;
+      for (const auto& c : clients_) names += (names.empty() ? "" : ", ") + c;
       fail("only " + std::to_string(clients_.size()) + " of " + std::to_string(opts_.clients) +
            " federated clients registered within " + std::to_string(opts_.register_timeout_ms / 1000) + " s" +
            (names.empty() ? "" : " (" + names + ")") +
@@ -227,7 +167,7 @@ nlohmann::json FedDriver::run() {
     auto got = receive(Millis(200));
     if (!got) continue;
     auto* r = std::get_if<RegisterMsg>(&got->message.body);
-    if (!r || by_name_.count(got->peer)) continue;
+    if (!r || pool_->has(got->peer)) continue;
     nlohmann::json details = nlohmann::json::parse(r->details_json.empty() ? "{}" : r->details_json, nullptr, false);
     if (details.is_discarded() || !details.is_object() || !details.value("fed_client", false)) {
       if (warned.insert(got->peer).second)
@@ -235,18 +175,16 @@ nlohmann::json FedDriver::run() {
                                     " registered without data (not a federated client): ignored");
       continue;
     }
-    by_name_[got->peer] = clients_.size();
-    clients_.push_back({got->peer, *r, details, false, "", 0});
+    pool_->add(got->peer, *r, details);
+    clients_.push_back(got->peer);
     if (cfg_.progress)
       std::fprintf(stderr, "cleave fed: client %s registered (%lld samples, shard %s, %s)\n", got->peer.c_str(),
                    static_cast<long long>(details.value("samples", static_cast<int64_t>(0))),
                    details.value("shard", std::string("?")).c_str(), details.value("partition", std::string("?")).c_str());
   }
-  std::sort(clients_.begin(), clients_.end(), [](const Client& a, const Client& b) { return a.name < b.name; });
-  by_name_.clear();
-  for (size_t i = 0; i < clients_.size(); ++i) by_name_[clients_[i].name] = i;
+  std::sort(clients_.begin(), clients_.end());
 
-  running_ = true;
+  pool_->set_monitoring(true);
   try {
     // 2. Set-up: the model once per client.
     const nlohmann::json training = {{"mode", "fed"}, {"batch", cfg_.batch}, {"seed", cfg_.seed},
@@ -263,15 +201,15 @@ nlohmann::json FedDriver::run() {
       Message m;
       m.request_id = 1000 + i;
       m.body = a;
-      Status s = server_->send(clients_[i].name, m);
-      if (!s) fail("cannot reach client " + clients_[i].name + ": " + s.failure().message);
+      Status s = server_->send(clients_[i], m);
+      if (!s) fail("cannot reach client " + clients_[i] + ": " + s.failure().message);
     }
     std::set<std::string> acked;
     const auto t_setup = Clock::now();
     while (acked.size() < clients_.size()) {
       if (seconds_since(t_setup) > 60) fail("clients did not acknowledge the federated set-up within 60 s");
       for (const auto& c : clients_)
-        if (c.dead) fail("client " + c.name + " " + c.dead_reason + " during the federated set-up");
+        if (client(c).dead) fail("client " + c + " " + client(c).dead_reason + " during the federated set-up");
       auto got = receive(Millis(100));
       if (!got) continue;
       if (auto* e = std::get_if<ErrorMsg>(&got->message.body))
@@ -288,7 +226,7 @@ nlohmann::json FedDriver::run() {
       const auto t_round = Clock::now();
       std::vector<std::string> live;
       for (const auto& c : clients_)
-        if (!c.dead) live.push_back(c.name);
+        if (!client(c).dead) live.push_back(c);
       if (static_cast<int>(live.size()) < opts_.min_clients)
         fail("round " + std::to_string(r + 1) + ": only " + std::to_string(live.size()) + " client(s) are alive, " +
              "--min-clients is " + std::to_string(opts_.min_clients));
@@ -319,7 +257,7 @@ nlohmann::json FedDriver::run() {
         replies[name];
         if (!s) {
           replies[name].failure = "unreachable: " + s.failure().message;
-          mark_dead(name, "is unreachable");
+          pool_->mark_dead(name, "is unreachable");
         }
       }
       if (opts_.on_round_started) opts_.on_round_started(r, sampled);
@@ -327,9 +265,9 @@ nlohmann::json FedDriver::run() {
       // Collect until every sampled client resolved or the round times out.
       auto all_resolved = [&] {
         for (auto& [name, rep] : replies) {
-          if (rep.failure.empty() && clients_[by_name_[name]].dead && !rep.update)
-            rep.failure = "dropped out (" + clients_[by_name_[name]].dead_reason + ")";
-          if (rep.failure.empty() && clients_[by_name_[name]].dead && rep.update && !rep.metrics)
+          if (rep.failure.empty() && client(name).dead && !rep.update)
+            rep.failure = "dropped out (" + client(name).dead_reason + ")";
+          if (rep.failure.empty() && client(name).dead && rep.update && !rep.metrics)
             rep.failure = "dropped out after its update";
           if (!rep.resolved()) return false;
         }
@@ -375,7 +313,7 @@ nlohmann::json FedDriver::run() {
             train_samples += rep.metrics->sample_count;
           }
         } else if (!rep.failure.empty()) {
-          (clients_[by_name_[name]].dead ? dropped : failed).push_back(name + ": " + rep.failure);
+          (client(name).dead ? dropped : failed).push_back(name + ": " + rep.failure);
         } else {
           dropped.push_back(name + ": no update within --round-timeout " + std::to_string(opts_.round_timeout_s).substr(0, 6) + " s");
         }
@@ -400,7 +338,7 @@ nlohmann::json FedDriver::run() {
       AggregateResult agg = aggregate(strategy, updates, param_count, opts_.trim_fraction);
       // A new block: ZeroMQ may still hold the old one (shared owner) for a client that dropped out.
       global = std::make_shared<std::vector<float>>(std::move(agg.params));
-      for (const auto& name : agg.accepted) ++clients_[by_name_[name]].rounds;
+      for (const auto& name : agg.accepted) ++rounds_accepted_[name];
       const EndpointStats after = server_->stats();
       whole.params().from_host(*global);
       last_eval = evaluate_global(whole, test_chunks);
@@ -428,7 +366,7 @@ nlohmann::json FedDriver::run() {
     }
 
     // 4. Finish: release the clients.
-    running_ = false;
+    pool_->set_monitoring(false);
     stop_all();
 
     nlohmann::json out;
@@ -463,16 +401,17 @@ nlohmann::json FedDriver::run() {
     out["bytes_up"] = up;
     out["wall_seconds"] = seconds_since(t_start);
     nlohmann::json devs = nlohmann::json::array(), kinds = nlohmann::json::object();
-    for (const auto& c : clients_) {
+    for (const auto& name : clients_) {
+      const PoolPeer& c = client(name);
       devs.push_back({{"name", c.name}, {"gflops", c.reg.compute_gflops}, {"details", c.details},
-                      {"rounds_accepted", c.rounds}, {"dead", c.dead}});
-      kinds[c.name] = kinds_[c.name];
+                      {"rounds_accepted", rounds_accepted_[name]}, {"dead", c.dead}});
+      kinds[c.name] = pool_->message_kinds(name);
     }
     out["devices"] = devs;
     out["messages_from_clients"] = kinds;
     return out;
   } catch (...) {
-    running_ = false;
+    pool_->set_monitoring(false);
     stop_all();
     throw;
   }

@@ -428,3 +428,24 @@ TEST_CASE("cleave train --optimizer sgd --momentum 0.9 trains", "[cli]") {
   CHECK(losses_of(plain)[0] == losses_of(j)[0]);  // same start, same first batch
   CHECK(losses_of(plain) != losses_of(j));
 }
+
+TEST_CASE("cleave split documents its flags and refuses data flags and bad layouts", "[cli]") {
+  RunResult h = run_cleave("split --help");
+  INFO(h.output);
+  REQUIRE(h.code == 0);
+  for (const char* flag : {"--model", "--clients", "--labels", "--splitfed", "--cut", "--cut-back", "--encoding",
+                           "--server", "--epochs", "--batch", "--optimizer", "--lr", "--seed", "--limit-test", "--key",
+                           "--allow", "--listen", "--json"}) {
+    INFO(flag);
+    CHECK(h.output.find(std::string(flag) + " ") != std::string::npos);
+  }
+  // The clients own the data: data flags belong on cleaved.
+  require_error("split --model '" + kCnn + "' --insecure --limit-train 100", {"--limit-train", "cleaved"});
+  require_error("split --model '" + kCnn + "' --insecure --dataset fashion-mnist", {"--dataset", "cleaved"});
+  require_error("split --model '" + kCnn + "' --insecure --labels both", {"--labels"});
+  require_error("split --model '" + kCnn + "' --insecure --cut-back 8", {"--cut-back", "--labels client"});
+  require_error("split --model '" + kCnn + "'", {"--key", "--allow"});
+  // An impossible cut is refused before anything listens or waits.
+  require_error("split --model '" + kCnn + "' --insecure --listen tcp://127.0.0.1:* --cut 10 --register-timeout 60000",
+                {"--cut 10", "[1, 9]"});
+}
