@@ -8,6 +8,9 @@
 // compute time or a cut's transfer time), so T* is found by testing candidates:
 // a feasible test yields a device sequence whose optimal split (exact, per
 // sequence) lowers the upper bound, an infeasible one raises the lower bound.
+// After a feasible test the next one probes just below the new incumbent (often
+// optimal, so that test is the proof); after an infeasible one it bisects. A
+// test stores only live states, contiguously per level, to stay in cache.
 #include "core/planner/planner.h"
 
 #include <algorithm>
@@ -228,6 +231,12 @@ namespace {
 
 using Word = uint64_t;
 
+// What a set of devices can hold: reference work (within the threshold) and bytes.
+struct Budget {
+  double work;
+  int64_t mem;
+};
+
 class Search {
  public:
   explicit Search(const CostModel& cost) : c_(cost), n_(cost.num_layers()), d_(cost.num_devices()) {
@@ -251,6 +260,12 @@ class Search {
           g_mem_[gidx(k, fi, i)] = lo;
         }
     g_.resize(g_mem_.size());
+    // trans_[(a * d + b) * (n + 1) + i]: transfer_seconds(a, b, i) for 1 <= i < n.
+    trans_.assign(static_cast<size_t>(d_) * d_ * (n_ + 1), kInf);
+    for (int a = 0; a < d_; ++a)
+      for (int b = 0; b < d_; ++b)
+        if (a != b)
+          for (int i = 1; i < n_; ++i) trans_[tidx(a, b, i)] = c_.transfer_seconds(a, b, i);
     single_.assign(static_cast<size_t>(d_) * nf_ * words_, 0);
     link_mask_.assign(static_cast<size_t>(d_) * d_ * words_, 0);
 
@@ -259,6 +274,16 @@ class Search {
     tau_prefix_.assign(n_ + 1, 0.0);
     rho_.assign(d_, 0.0);
     cap_.assign(d_, 0.0);
+    const size_t chunks = (static_cast<size_t>(d_) + 7) / 8;
+    cap_sum_.assign(chunks << 8, 0.0);
+    mem_sum_.assign(chunks << 8, 0);
+    for (size_t c = 0; c < chunks; ++c)
+      for (uint32_t m = 1; m < 256; ++m) {
+        const int k = static_cast<int>(8 * c) + std::countr_zero(m);
+        mem_sum_[(c << 8) | m] = mem_sum_[(c << 8) | (m & (m - 1))] + (k < d_ ? c_.device_memory(k) : 0);
+      }
+    fixed_prefix_.assign(n_ + 1, 0);
+    for (int i = 0; i <= n_; ++i) fixed_prefix_[i] = c_.fixed_bytes(0, i);
     std::vector<double> tau(n_);
     for (int i = 0; i < n_; ++i) {
       double t = kInf;
@@ -272,14 +297,16 @@ class Search {
         if (t > 0) rho_[k] = std::max(rho_[k], tau[i] / t);
       }
 
-    const size_t states = (size_t{1} << d_) * static_cast<size_t>(d_) * words_;
+    // At most d * 2^(d - 1) states (S, k in S), each a bitset of words_ words.
+    const size_t states = (size_t{1} << (d_ - 1)) * static_cast<size_t>(d_) * words_;
     if (states * sizeof(Word) > (size_t{512} << 20))
       throw PlanError(std::to_string(d_) + " devices x " + std::to_string(n_) +
                       " layers is too large for the exact planner (its tables would need " +
                       std::to_string((states * sizeof(Word)) >> 20) + " MiB; the limit is 512 MiB)");
-    reach_.reset(new Word[states]);
-    nonempty_.assign(size_t{1} << d_, 0);
-    acc_.assign(static_cast<size_t>(d_) * words_, 0);
+    present_.assign(size_t{1} << d_, 0);
+    offset_.assign(size_t{1} << d_, 0);
+    bits_.reset(new Word[states]);  // only the pages a pass reaches get touched
+    touch_.assign(size_t{1} << d_, 0);
   }
 
   int max_stages() const { return max_stages_; }
@@ -315,13 +342,13 @@ class Search {
       const int fi = fi_of(std::popcount(set));
       double best = kInf;
       int best_next = -1, best_cut = -1;
-      for (uint32_t bits = rest & nonempty_[rest]; bits; bits &= bits - 1) {
+      for (uint32_t bits = present_[rest]; bits; bits &= bits - 1) {
         const int k2 = std::countr_zero(bits);
         const Word* r = state(rest, k2);
         const Word* mask = link(k, k2);
         for (int i = h + 1; i < n_; ++i) {
           if (!test(r, i) || !test(mask, i) || g_[gidx(k, fi, i)] > h) continue;
-          const double v = std::max(c_.compute_seconds(k, h, i), c_.transfer_seconds(k, k2, i));
+          const double v = std::max(c_.compute_seconds(k, h, i), trans_[tidx(k, k2, i)]);
           if (v < best) {
             best = v;
             best_next = k2;
@@ -348,17 +375,17 @@ class Search {
     best[at(0, 0)] = 0;
     for (int s = 0; s < p; ++s) {
       const int k = seq[s];
-      const int f = c_.in_flight(p, s);
+      const int* gm = &g_mem_[gidx(k, fi_of(p - s), 0)];
       for (int j = s + 1; j <= n_ - (p - 1 - s); ++j) {
         double bv = kInf;
         int ba = -1;
         for (int i = j - 1; i >= s; --i) {
-          if (c_.memory_bytes(i, j, f) > c_.device_memory(k)) break;
+          if (i < gm[j]) break;  // [i, j) does not fit k's memory with its in-flight count
           const double comp = c_.compute_seconds(k, i, j);
           if (comp >= bv) break;
           const double prev = best[at(s, i)];
           if (prev == kInf) continue;
-          const double v = std::max({prev, comp, s > 0 ? c_.transfer_seconds(seq[s - 1], k, i) : 0.0});
+          const double v = std::max({prev, comp, s > 0 ? trans_[tidx(seq[s - 1], k, i)] : 0.0});
           if (v < bv) {
             bv = v;
             ba = i;
@@ -391,7 +418,7 @@ class Search {
       for (int b = 0; b < d_; ++b) {
         if (a == b) continue;
         for (int i = 1; i < n_; ++i) {
-          const double v = c_.transfer_seconds(a, b, i);
+          const double v = trans_[tidx(a, b, i)];
           if (v >= lo && v < hi) out.push_back(v);
         }
       }
@@ -419,34 +446,57 @@ class Search {
     return order;
   }
 
+  // reach[(k * nf + fi) * (n + 1) + h]: the farthest end e such that the stage [h, e)
+  // on k costs < t (strict) or <= t and fits k's memory with in-flight index fi; h
+  // when none. e is nondecreasing in h (g is), so each row is one sweep.
+  void build_reach(double t, bool strict, std::vector<int>& reach) const {
+    reach.assign(static_cast<size_t>(d_) * nf_ * (n_ + 1), 0);
+    for (int k = 0; k < d_; ++k)
+      for (int fi = 0; fi < nf_; ++fi) {
+        const int* gm = &g_mem_[gidx(k, fi, 0)];
+        int* row = &reach[gidx(k, fi, 0)];
+        int e = 0;
+        for (int h = 0; h < n_; ++h) {
+          e = std::max(e, h);
+          while (e < n_ && gm[e + 1] <= h) {
+            const double v = c_.compute_seconds(k, h, e + 1);
+            if (strict ? !(v < t) : !(v <= t)) break;
+            ++e;
+          }
+          row[h] = e;
+        }
+        row[n_] = n_;
+      }
+  }
+
   // Does this device sequence admit a split with every cost < t (strict) or <= t?
-  // O(p * n): the ends reachable from a start h form an interval (h, e(h)] with
-  // e nondecreasing in h, so each stage is one sweep.
-  bool sequence_feasible(const std::vector<int>& seq, double t, bool strict) const {
+  // `reach` is build_reach(t, strict). O(p * n): the ends reachable from the starts
+  // of a stage are the union of the intervals (h, reach(h)].
+  bool sequence_feasible(const std::vector<int>& seq, double t, bool strict, const std::vector<int>& reach) const {
     const int p = static_cast<int>(seq.size());
     if (p > n_ || p == 0) return false;
-    auto ok = [&](double v) { return strict ? v < t : v <= t; };
-    std::vector<char> starts(n_ + 1, 0), ends(n_ + 1, 0);
+    std::vector<char>& starts = seq_starts_;
+    std::vector<char>& ends = seq_ends_;
+    starts.assign(n_ + 1, 0);
+    ends.assign(n_ + 1, 0);
     starts[0] = 1;
     for (int s = 0; s < p; ++s) {
-      const int k = seq[s], f = c_.in_flight(p, s);
-      std::fill(ends.begin(), ends.end(), 0);
-      int e = 0, covered = 0;  // e: farthest end from the current h; ends (.., covered] marked
-      bool any = false;
+      const int* e = &reach[gidx(seq[s], fi_of(p - s), 0)];
+      int covered = 0;  // ends (.., covered] marked
       for (int h = 0; h < n_; ++h) {
-        e = std::max(e, h);
-        while (e < n_ && ok(c_.compute_seconds(k, h, e + 1)) && c_.memory_bytes(h, e + 1, f) <= c_.device_memory(k)) ++e;
-        if (!starts[h]) continue;
-        for (int j = std::max(h + 1, covered + 1); j <= e; ++j) ends[j] = 1;
-        covered = std::max(covered, e);
+        if (!starts[h] || e[h] <= covered) continue;
+        for (int j = std::max(h + 1, covered + 1); j <= e[h]; ++j) ends[j] = 1;
+        covered = e[h];
       }
       if (s == p - 1) return ends[n_] != 0;
-      std::fill(starts.begin(), starts.end(), 0);
-      for (int j = 1; j < n_; ++j)
-        if (ends[j] && ok(c_.transfer_seconds(k, seq[s + 1], j))) {
-          starts[j] = 1;
-          any = true;
-        }
+      bool any = false;
+      const double* tr = &trans_[tidx(seq[s], seq[s + 1], 0)];
+      for (int j = 0; j <= n_; ++j) {
+        const bool ok = j > 0 && j < n_ && ends[j] && (strict ? tr[j] < t : tr[j] <= t);
+        starts[j] = ok;
+        any |= ok;
+        ends[j] = 0;
+      }
       if (!any) return false;
     }
     return false;
@@ -456,15 +506,17 @@ class Search {
   // accepts a neighbour whose best split has a lower bottleneck, or the same with
   // fewer stages. Improves an upper bound; optimality comes from the passes.
   double improve(std::vector<int>& seq, std::vector<int>& cuts, double value) const {
-    std::vector<int> nb, nb_cuts;
+    std::vector<int> nb, nb_cuts, reach_lt, reach_le;
     for (int round = 0; round < 64; ++round) {
+      build_reach(value, true, reach_lt);
+      build_reach(value, false, reach_le);
       std::vector<bool> used(d_, false);
       for (int k : seq) used[k] = true;
       const int p = static_cast<int>(seq.size());
       bool moved = false;
       auto consider = [&](const std::vector<int>& cand) {
         const bool fewer = cand.size() < seq.size();
-        if (!sequence_feasible(cand, value, !fewer)) return false;
+        if (!sequence_feasible(cand, value, !fewer, fewer ? reach_le : reach_lt)) return false;
         const double v = best_split(cand, nb_cuts);
         if (v < value || (fewer && v == value)) {
           seq = cand;
@@ -508,80 +560,125 @@ class Search {
   int found_stages() const { return std::popcount(found_set_); }
 
  private:
-  // One pass of the subset DP, suffixes grown one stage at a time (all sets of c
-  // devices before any set of c + 1), so the first full cover found has the fewest
-  // stages. W: words per bitset when known at compile time (0: words_).
+  // One pass of the subset DP, suffixes grown one stage at a time (every state of
+  // c devices before any of c + 1), so the first full cover found has the fewest
+  // stages. Only live states are stored: level by level, contiguously per set
+  // (present_[set] says which first devices, offset_[set] where), which keeps a
+  // pass in cache. Level c + 1 is pulled from level c: the state (T, u) is the
+  // expansion on u of the ends that (T \ u, k) offers through the link u -> k.
+  // W: words per bitset when known at compile time (0: words_).
   template <int W>
   bool pass() {
     const int nw = W > 0 ? W : words_;
-    std::fill(nonempty_.begin(), nonempty_.end(), 0);
-    std::fill(acc_.begin(), acc_.end(), 0);  // an early return leaves it dirty
+    std::fill(present_.begin(), present_.end(), 0);
+    for (const uint32_t target : targets_) touch_[target] = 0;  // an early return leaves some set
+    targets_.clear();
+    used_ = 0;
+    level_.clear();
     found_set_ = 0;
-    Word window[W > 0 ? W : 1], r_small[W > 0 ? W : 1], out_small[W > 0 ? W : 1];
-    std::vector<Word> big(W > 0 ? 0 : 3 * static_cast<size_t>(words_));
-    Word* win = W > 0 ? window : big.data();
-    Word* r = W > 0 ? r_small : big.data() + words_;
-    Word* out = W > 0 ? out_small : big.data() + 2 * words_;
+    Word acc_small[W > 0 ? W : 1], out_small[W > 0 ? W : 1];
+    std::vector<Word> big(W > 0 ? 0 : 2 * static_cast<size_t>(words_));
+    Word* acc = W > 0 ? acc_small : big.data();
+    Word* out = W > 0 ? out_small : big.data() + words_;
+    const uint32_t full = (1u << d_) - 1;
     for (int k = 0; k < d_; ++k) {
       const int h0 = g_[gidx(k, fi_of(1), n_)];
       if (h0 > n_ - 1) continue;
-      Word* dst = state(1u << k, k);
-      std::fill(dst, dst + nw, 0);
-      set_range(dst, h0, n_ - 1);
-      nonempty_[1u << k] |= 1u << k;
+      std::fill(out, out + nw, 0);
+      set_range(out, h0, n_ - 1);
+      const uint32_t set = 1u << k;
+      apply_window<W>(out, max_stages_ > 1, budget(full & ~set));
+      if (store<W>(set, k, out, level_)) return true;
     }
-    const uint32_t full = (1u << d_) - 1;
-    for (int count = 1; count <= max_stages_; ++count) {
-      const bool can_grow = count < max_stages_ && count < d_;
-      // Gosper's hack: every set of `count` devices in increasing order.
-      for (uint32_t set = (1u << count) - 1; set <= full;) {
-        const uint32_t present = nonempty_[set];
-        if (present != 0) {
-          const int h_max = can_grow ? prefix_capacity(full & ~set) : 0;
-          std::fill(win, win + nw, 0);
-          set_range(win, 0, h_max);
-          uint32_t grow = 0;
-          for (uint32_t bits = present; bits; bits &= bits - 1) {
-            const int k = std::countr_zero(bits);
-            const Word* src = state(set, k);
-            Word any = 0;
-            for (int w = 0; w < nw; ++w) r[w] = src[w] & win[w];
-            if (r[0] & 1) {  // covers layer 0: a complete plan with `count` stages
-              found_set_ = set;
-              found_first_ = k;
-              return true;
-            }
-            if (!can_grow) continue;
-            for (int w = 0; w < nw; ++w) any |= r[w];
-            if (!any) continue;
-            for (uint32_t others = full & ~set; others; others &= others - 1) {
-              const int up = std::countr_zero(others);
-              const Word* mask = link(up, k);
-              Word* a = &acc_[static_cast<size_t>(up) * nw];
-              Word hit = 0;
-              for (int w = 0; w < nw; ++w) {
-                const Word x = r[w] & mask[w];
-                a[w] |= x;
-                hit |= x;
-              }
-              if (hit) grow |= 1u << up;
-            }
-          }
-          for (uint32_t bits = grow; bits; bits &= bits - 1) {
-            const int up = std::countr_zero(bits);
-            Word* a = &acc_[static_cast<size_t>(up) * nw];
-            if (expand(up, fi_of(count + 1), a, out)) {
-              const uint32_t next = set | (1u << up);
-              std::copy(out, out + nw, state(next, up));
-              nonempty_[next] |= 1u << up;
-            }
-            std::fill(a, a + nw, 0);
-          }
+    for (int count = 1; count < max_stages_ && !level_.empty(); ++count) {
+      // Every (T, u) with T \ u live at this level.
+      targets_.clear();
+      for (const uint32_t set : level_)
+        for (uint32_t others = full & ~set; others; others &= others - 1) {
+          const uint32_t up = others & (0u - others), target = set | up;
+          if (touch_[target] == 0) targets_.push_back(target);
+          touch_[target] |= up;
         }
-        const uint32_t low = set & -set, ripple = set + low;
-        set = (((ripple ^ set) >> 2) / low) | ripple;
+      next_.clear();
+      const int fi = fi_of(count + 1);
+      const bool can_grow = count + 1 < max_stages_;
+      for (const uint32_t target : targets_) {
+        const uint32_t ups = touch_[target];
+        touch_[target] = 0;
+        bool have_budget = false;  // what the devices outside the target can hold, when first needed
+        Budget room{};
+        for (uint32_t bits = ups; bits; bits &= bits - 1) {
+          const int u = std::countr_zero(bits);
+          const uint32_t src_set = target & ~(1u << u);
+          const Word* src = bits_.get() + offset_[src_set];
+          std::fill(acc, acc + nw, 0);
+          for (uint32_t firsts = present_[src_set]; firsts; firsts &= firsts - 1, src += nw) {
+            const Word* mask = link(u, std::countr_zero(firsts));
+            for (int w = 0; w < nw; ++w) acc[w] |= src[w] & mask[w];
+          }
+          Word any = 0;
+          for (int w = 0; w < nw; ++w) any |= acc[w];
+          if (!any) continue;
+          expand<W>(u, fi, acc, out);
+          if (can_grow && !have_budget) {
+            room = budget(full & ~target);
+            have_budget = true;
+          }
+          apply_window<W>(out, can_grow, room);
+          if (store<W>(target, u, out, next_)) return true;
+        }
       }
+      level_.swap(next_);
     }
+    return false;
+  }
+
+  // Keeps only the starts a state may still need: h = 0 (a complete plan) and, when
+  // it can grow, every h whose prefix [0, h) fits `room` (the devices outside the
+  // state). The test is monotone in h, so this keeps a prefix of the bits.
+  template <int W>
+  void apply_window(Word* out, bool can_grow, const Budget& room) const {
+    const int nw = W > 0 ? W : words_;
+    int h_max = 0;
+    if (can_grow) {
+      int top = -1;  // highest start present
+      for (int w = nw - 1; w >= 0 && top < 0; --w)
+        if (out[w]) top = 64 * w + 63 - std::countl_zero(out[w]);
+      if (top < 0 || prefix_fits(room, top)) return;
+      int lo = 0, hi = top - 1;  // h = 0 always fits
+      while (lo < hi) {
+        const int mid = (lo + hi + 1) / 2;
+        if (prefix_fits(room, mid)) lo = mid; else hi = mid - 1;
+      }
+      h_max = lo;
+    }
+    for (int w = 0; w < nw; ++w) {
+      const int lo = 64 * w;
+      if (h_max >= lo + 63) continue;
+      out[w] &= h_max < lo ? 0 : (Word{2} << (h_max - lo)) - 1;
+    }
+  }
+
+  // Appends state (set, first) with starts `out` (first devices must arrive in
+  // increasing order per set); returns true when it covers layer 0.
+  template <int W>
+  bool store(uint32_t set, int first, const Word* out, std::vector<uint32_t>& level) {
+    const int nw = W > 0 ? W : words_;
+    Word any = 0;
+    for (int w = 0; w < nw; ++w) any |= out[w];
+    if (!any) return false;
+    if (out[0] & 1) {
+      found_set_ = set;
+      found_first_ = first;
+      return true;
+    }
+    if (present_[set] == 0) {
+      offset_[set] = used_;
+      level.push_back(set);
+    }
+    present_[set] |= 1u << first;
+    std::copy(out, out + nw, bits_.get() + used_);
+    used_ += static_cast<uint32_t>(nw);
     return false;
   }
 
@@ -591,8 +688,11 @@ class Search {
     return c_.options().schedule == Schedule::gpipe ? 0 : std::min(suffix_stages, c_.options().microbatches) - 1;
   }
   size_t gidx(int k, int fi, int i) const { return (static_cast<size_t>(k) * nf_ + fi) * (n_ + 1) + i; }
-  Word* state(uint32_t set, int k) { return reach_.get() + (static_cast<size_t>(set) * d_ + k) * words_; }
-  const Word* state(uint32_t set, int k) const { return reach_.get() + (static_cast<size_t>(set) * d_ + k) * words_; }
+  size_t tidx(int a, int b, int i) const { return (static_cast<size_t>(a) * d_ + b) * (n_ + 1) + i; }
+  // The starts of live state (set, k) after a pass (k must be in present_[set]).
+  const Word* state(uint32_t set, int k) const {
+    return bits_.get() + offset_[set] + static_cast<size_t>(std::popcount(present_[set] & ((1u << k) - 1))) * words_;
+  }
   const Word* link(int up, int down) const { return &link_mask_[(static_cast<size_t>(up) * d_ + down) * words_]; }
   static bool test(const Word* b, int i) { return (b[i >> 6] >> (i & 63)) & 1; }
   static void set_range(Word* b, int lo, int hi) {  // bits [lo, hi]
@@ -625,6 +725,11 @@ class Search {
       }
       cap_[k] = cap;
     }
+    for (size_t c = 0; c * 8 < static_cast<size_t>(d_); ++c)
+      for (uint32_t m = 1; m < 256; ++m) {  // entry m = entry (m without its lowest bit) + that device
+        const int k = static_cast<int>(8 * c) + std::countr_zero(m);
+        cap_sum_[(c << 8) | m] = cap_sum_[(c << 8) | (m & (m - 1))] + (k < d_ ? cap_[k] : 0.0);
+      }
     // single_[k][fi] bit h: layer h alone fits a stage on k (g(h + 1) <= h).
     std::fill(single_.begin(), single_.end(), 0);
     for (int k = 0; k < d_; ++k)
@@ -639,42 +744,41 @@ class Search {
         if (a == b) continue;
         Word* m = &link_mask_[(static_cast<size_t>(a) * d_ + b) * words_];
         for (int i = 1; i < n_; ++i)
-          if (c_.transfer_seconds(a, b, i) <= t) m[i >> 6] |= Word{1} << (i & 63);
+          if (trans_[tidx(a, b, i)] <= t) m[i >> 6] |= Word{1} << (i & 63);
       }
   }
 
-  // Largest h such that layers [0, h) can still fit the devices in `others`
-  // (capacity and weight-memory bounds; necessary conditions only): the reference
-  // work of [0, h) cannot exceed the sum of what one stage on each can hold.
-  int prefix_capacity(uint32_t others) const {
-    double cap = 0;
-    int64_t mem = 0;
-    for (uint32_t bits = others; bits; bits &= bits - 1) {
-      const int k = std::countr_zero(bits);
-      cap += cap_[k];
-      mem += c_.device_memory(k);
+  // What the devices in `others` can hold together: the sum of the most reference
+  // work one stage on each can take (cap_), and of their memory. Summed from
+  // per-byte-of-the-mask tables that prepare() fills.
+  Budget budget(uint32_t others) const {
+    Budget b{0.0, 0};
+    for (int c = 0; others; ++c, others >>= 8) {
+      b.work += cap_sum_[(static_cast<size_t>(c) << 8) | (others & 0xFF)];
+      b.mem += mem_sum_[(static_cast<size_t>(c) << 8) | (others & 0xFF)];
     }
-    const double work_cap = cap * (1 + 1e-9) + 1e-300;
-    int lo = 0, hi = n_ - 1;  // h = 0 always passes
-    while (lo < hi) {
-      const int mid = (lo + hi + 1) / 2;
-      if (tau_prefix_[mid] <= work_cap && c_.fixed_bytes(0, mid) <= mem) lo = mid; else hi = mid - 1;
-    }
-    return lo;
+    b.work = b.work * (1 + 1e-9) + 1e-300;  // slack for rounding: the test stays necessary
+    return b;
+  }
+  // Necessary for layers [0, h) to fit the devices of `room` (one stage each): their
+  // reference work and their weight + gradient + state bytes both fit.
+  bool prefix_fits(const Budget& room, int h) const {
+    return tau_prefix_[h] <= room.work && fixed_prefix_[h] <= room.mem;
   }
 
   // out = union over stage ends i in `ends` of the starts [g(i), i - 1] on `device`.
   // With g nondecreasing, an end i whose predecessor i - 1 is also an end only adds
   // h = i - 1 (when layer i - 1 alone fits), so only the first end of each run of
   // consecutive ends needs its interval set explicitly.
-  bool expand(int device, int fi, const Word* ends, Word* out) const {
+  template <int W>
+  void expand(int device, int fi, const Word* ends, Word* out) const {
+    const int nw = W > 0 ? W : words_;
     const Word* single = &single_[(static_cast<size_t>(device) * nf_ + fi) * words_];
-    bool any = false;
-    for (int w = 0; w < words_; ++w) {  // (ends >> 1) & single
-      const Word hi_bit = w + 1 < words_ ? ends[w + 1] << 63 : 0;
+    for (int w = 0; w < nw; ++w) {  // (ends >> 1) & single
+      const Word hi_bit = w + 1 < nw ? ends[w + 1] << 63 : 0;
       out[w] = ((ends[w] >> 1) | hi_bit) & single[w];
     }
-    for (int w = 0; w < words_; ++w) {
+    for (int w = 0; w < nw; ++w) {
       const Word carry = w > 0 ? ends[w - 1] >> 63 : 0;
       for (Word starts = ends[w] & ~((ends[w] << 1) | carry); starts; starts &= starts - 1) {
         const int i = w * 64 + std::countr_zero(starts);
@@ -682,18 +786,21 @@ class Search {
         if (lo <= i - 2) set_range(out, lo, i - 2);
       }
     }
-    for (int w = 0; w < words_; ++w) any |= out[w] != 0;
-    return any;
   }
 
   const CostModel& c_;
   int n_, d_, max_stages_, words_, nf_;
   std::vector<int> g_mem_, g_;
+  std::vector<double> trans_;
   std::vector<Word> link_mask_, single_;
-  std::vector<double> tau_prefix_, rho_, cap_;
-  std::unique_ptr<Word[]> reach_;
-  std::vector<uint32_t> nonempty_;
-  std::vector<Word> acc_;
+  std::vector<double> tau_prefix_, rho_, cap_, cap_sum_;
+  std::vector<int64_t> mem_sum_, fixed_prefix_;
+  mutable std::vector<char> seq_starts_, seq_ends_;  // sequence_feasible's scratch
+  std::unique_ptr<Word[]> bits_;                // live states, level by level, per set by first device
+  uint32_t used_ = 0;                           // words of bits_ in use
+  std::vector<uint32_t> present_, offset_;      // [set]: first devices stored, where in bits_
+  std::vector<uint32_t> touch_;                 // [target set]: devices u with (target \ u) live
+  std::vector<uint32_t> level_, next_, targets_;
   double threshold_ = kInf;
   uint32_t found_set_ = 0;
   int found_first_ = -1;
@@ -780,10 +887,13 @@ Plan plan(const ModelProfile& model, const Cluster& cluster, const PlanOptions& 
   // one: a feasible test at t yields a plan with bottleneck <= t (hi drops to it),
   // an infeasible one proves every plan costs more than t.
   std::vector<double> cands = search.candidates(search.lower_bound(), hi);
-  bool near_top = true;
+  // Which threshold to test: after a feasible pass (and after the heuristic) the
+  // new incumbent is often optimal, and one infeasible test just below it ends the
+  // search, so probe the largest candidate left; after an infeasible pass, bisect.
+  bool probe = true;
   while (!cands.empty()) {
     double t;
-    if (near_top) {
+    if (probe) {
       t = *std::max_element(cands.begin(), cands.end());
     } else {
       auto mid = cands.begin() + cands.size() / 2;
@@ -799,13 +909,15 @@ Plan plan(const ModelProfile& model, const Cluster& cluster, const PlanOptions& 
       hi = v;
       best_devices = devices;
       best_cuts = cuts;
-      // The pass found the fewest stages at t; when t is the optimum that is final.
-      min_stages_known = v == t && static_cast<int>(devices.size()) <= found_stages;
+      // The pass found the fewest stages among plans costing <= t, so no plan costing
+      // <= hi (<= t) has fewer: a plan with that many is a fewest-stage optimum.
+      min_stages_known = static_cast<int>(devices.size()) <= found_stages;
       std::erase_if(cands, [&](double x) { return x >= hi; });
+      probe = true;
     } else {
       std::erase_if(cands, [&](double x) { return x <= t; });
+      probe = false;
     }
-    near_top = false;  // after the first test (a proof when the heuristic was optimal): bisect
   }
   if (!min_stages_known && best_devices.size() > 1) {
     // hi is optimal; find the fewest stages that achieve it.

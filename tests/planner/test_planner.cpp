@@ -34,11 +34,19 @@ void check_plan_consistent(const Plan& plan, const CostModel& cost) {
   CHECK(static_cast<int>(plan.stages.size() + plan.unused_devices.size()) == cost.num_devices());
 }
 
-void check_against_brute_force(int instances, int max_layers, int max_devices, uint64_t seed, bool check_coverage) {
+void check_against_brute_force(int instances, int max_layers, int max_devices, uint64_t seed, bool check_coverage,
+                               bool equal_speeds = false) {
   std::mt19937_64 rng(seed);
   int feasible = 0, infeasible = 0, multi_stage = 0, left_unused = 0;
   for (int it = 0; it < instances; ++it) {
-    const test::Problem pr = test::random_problem(rng, max_layers, max_devices);
+    test::Problem pr = test::random_problem(rng, max_layers, max_devices);
+    if (equal_speeds)  // every other device a copy of device 0 (links still differ): many ties
+      for (size_t k = 1; k < pr.cluster.devices.size(); k += 2) {
+        DeviceProfile& dev = pr.cluster.devices[k];
+        dev.memory_bytes = pr.cluster.devices[0].memory_bytes;
+        dev.gflops = pr.cluster.devices[0].gflops;
+        dev.layer_seconds_per_sample = pr.cluster.devices[0].layer_seconds_per_sample;
+      }
     const CostModel cost(pr.model, pr.cluster, pr.options);
     const test::BruteResult ref = test::brute_force(cost);
     INFO("instance " << it << ": " << pr.model.num_layers() << " layers x " << pr.cluster.num_devices()
@@ -106,6 +114,17 @@ TEST_CASE("planner equals brute force on random instances up to 8 layers x 4 dev
 
 TEST_CASE("planner equals brute force on random instances up to 10 layers x 5 devices", "[planner]") {
   check_against_brute_force(60, 10, 5, 777, false);
+}
+
+TEST_CASE("planner equals brute force with several words of layers (up to 140 layers)", "[planner]") {
+  // More than 64 layers: the search's bitsets span several words.
+  check_against_brute_force(40, 140, 3, 4242, false);
+  check_against_brute_force(25, 70, 4, 99, false);
+}
+
+TEST_CASE("planner equals brute force when devices are copies of each other", "[planner]") {
+  check_against_brute_force(300, 8, 4, 31337, false, true);
+  check_against_brute_force(40, 10, 5, 2718, false, true);
 }
 
 TEST_CASE("equal devices share equal layers evenly", "[planner]") {
