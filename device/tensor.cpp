@@ -7,6 +7,12 @@
 
 namespace cleave {
 
+Shape batched(int64_t n, const Shape& per_sample) {
+  Shape s = per_sample;
+  s.insert(s.begin(), n);
+  return s;
+}
+
 int64_t numel(const Shape& shape) {
   int64_t n = 1;
   for (int64_t d : shape) {

@@ -24,6 +24,8 @@ using Shape = std::vector<int64_t>;
 int64_t numel(const Shape& shape);
 // "(64, 1, 28, 28)"
 std::string shape_str(const Shape& shape);
+// The shape of `n` samples of shape `per_sample`: (n, per_sample...).
+Shape batched(int64_t n, const Shape& per_sample);
 
 // A block of device memory. `handle` is backend-specific: a host pointer for the
 // CPU, a cl_mem for OpenCL, a device pointer for CUDA. Freed by the backend's

@@ -75,12 +75,6 @@ struct Device_ {
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-Shape batched(int64_t n, const Shape& s) {
-  Shape out = s;
-  out.insert(out.begin(), n);
-  return out;
-}
-
 class Driver {
  public:
   Driver(const TrainConfig& cfg, const ClusterOptions& opts) : cfg_(cfg), opts_(opts) {}

@@ -84,12 +84,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-Shape batched(int64_t n, const Shape& s) {
-  Shape out = s;
-  out.insert(out.begin(), n);
-  return out;
-}
-
 // One federated job: the model, the received global block and the connection.
 class FedJob {
  public:

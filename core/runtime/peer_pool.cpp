@@ -43,6 +43,10 @@ void PeerPool::check_health() {
     m.body = hb;
     send_all(m);
   }
+  // Silence counts only once everything that arrived has been read: a
+  // coordinator that was descheduled must not blame peers whose messages wait
+  // in its own queue.
+  if (!inbox_drained_) return;
   for (const auto& p : peers_) {
     if (p.dead) continue;
     auto since = server_.since_last_seen(p.name);
@@ -54,6 +58,7 @@ void PeerPool::check_health() {
 std::optional<Received> PeerPool::receive(Millis timeout) {
   check_health();
   auto r = server_.receive(timeout);
+  inbox_drained_ = !r && r.is(FailureKind::kTimeout);
   if (!r) {
     if (r.is(FailureKind::kRejected)) {
       ++kinds_[r.failure().peer]["rejected-invalid"];

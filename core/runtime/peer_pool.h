@@ -4,7 +4,7 @@
 //
 // receive() is the only way messages are read: it keeps the daemons'
 // heartbeats going, notices disconnects and silence (a daemon silent for
-// `peer_timeout_ms` is declared dead), counts each sender's message kinds for
+// `peer_timeout_ms` while nothing waits unread is declared dead), counts each sender's message kinds for
 // the run's audit, and swallows heartbeats.
 #pragma once
 
@@ -67,6 +67,7 @@ class PeerPool {
   std::map<std::string, size_t> index_;
   std::map<std::string, std::map<std::string, int64_t>> kinds_;
   bool monitoring_ = false;
+  bool inbox_drained_ = false;  // the last receive found nothing waiting
   std::chrono::steady_clock::time_point last_heartbeat_ = std::chrono::steady_clock::now();
   uint64_t heartbeat_seq_ = 0;
 };

@@ -26,12 +26,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-Shape batched(int64_t n, const Shape& s) {
-  Shape out = s;
-  out.insert(out.begin(), n);
-  return out;
-}
-
 // The client's front (and tail), its data and its link to the server.
 class SplitClient {
  public:
@@ -110,17 +104,7 @@ class SplitClient {
   }
 
   SplitJobEnd serve() {
-    for (;;) {
-      if (ctx_.stop) return SplitJobEnd::abandoned;
-      ctx_.channel.poll(Millis(100));
-      if (ctx_.channel.silence() > Millis(ctx_.options.coordinator_timeout_ms)) {
-        log(LogLevel::kWarning, "cleaved " + ctx_.options.name + ": split job abandoned: the coordinator has been silent for " +
-                                    std::to_string(ctx_.channel.silence().count()) + " ms");
-        return SplitJobEnd::abandoned;
-      }
-      while (auto m = ctx_.channel.pop_command())
-        if (auto end = handle(*m)) return *end;
-    }
+    return serve_split_commands(ctx_, [this](const Message& m) { return handle(m); });
   }
 
  private:

@@ -29,6 +29,21 @@ void check_split_job_alive(const SplitJobContext& ctx) {
     throw SplitJobAborted("the coordinator has been silent for " + std::to_string(ctx.channel.silence().count()) + " ms");
 }
 
+SplitJobEnd serve_split_commands(const SplitJobContext& ctx,
+                                 const std::function<std::optional<SplitJobEnd>(const Message&)>& handle) {
+  for (;;) {
+    if (ctx.stop) return SplitJobEnd::abandoned;
+    ctx.channel.poll(Millis(100));
+    if (ctx.channel.silence() > Millis(ctx.options.coordinator_timeout_ms)) {
+      log(LogLevel::kWarning, "cleaved " + ctx.options.name + ": split job abandoned: the coordinator has been silent for " +
+                                  std::to_string(ctx.channel.silence().count()) + " ms");
+      return SplitJobEnd::abandoned;
+    }
+    while (auto m = ctx.channel.pop_command())
+      if (auto end = handle(*m)) return *end;
+  }
+}
+
 SplitLink::SplitLink(std::unique_ptr<TensorLink> link, std::string peer, const SplitJobContext& ctx)
     : link_(std::move(link)), peer_(std::move(peer)), ctx_(ctx) {}
 
@@ -40,6 +55,8 @@ Tensor SplitLink::receive(TensorKind kind, int64_t seq) {
       early_.erase(it);
       return from_message(ctx_.device, t);
     }
+    // Keep the coordinator's connection served even when tensors arrive back to back.
+    ctx_.channel.drain();
     auto r = link_->receive(Millis(20));
     if (r) {
       TensorMessage& t = r.value();
@@ -58,7 +75,6 @@ Tensor SplitLink::receive(TensorKind kind, int64_t seq) {
     if (r.is(FailureKind::kClosed)) throw std::runtime_error("the link to " + peer_ + " closed");
     if (r.is(FailureKind::kRejected))
       log(LogLevel::kWarning, "cleaved " + ctx_.options.name + ": rejected input from " + peer_ + ": " + r.failure().message);
-    ctx_.channel.drain();
     check_split_job_alive(ctx_);
   }
 }

@@ -8,7 +8,9 @@
 // (kind, count, per-sample shape) so a run can prove what left a client.
 #pragma once
 
+#include <functional>
 #include <map>
+#include <optional>
 #include <memory>
 #include <set>
 #include <stdexcept>
@@ -28,6 +30,12 @@ struct SplitJobAborted : std::runtime_error {
 
 // Throws SplitJobAborted when the job must end (see above).
 void check_split_job_alive(const SplitJobContext& ctx);
+
+// Serves the coordinator's commands with `handle` until it returns how the
+// job ends; the job is abandoned when the daemon stops or the coordinator is
+// silent past --coordinator-timeout.
+SplitJobEnd serve_split_commands(const SplitJobContext& ctx,
+                                 const std::function<std::optional<SplitJobEnd>(const transport::Message&)>& handle);
 
 class SplitLink {
  public:

@@ -82,17 +82,7 @@ class SplitServer {
   }
 
   SplitJobEnd serve() {
-    for (;;) {
-      if (ctx_.stop) return SplitJobEnd::abandoned;
-      ctx_.channel.poll(Millis(100));
-      if (ctx_.channel.silence() > Millis(ctx_.options.coordinator_timeout_ms)) {
-        log(LogLevel::kWarning, "cleaved " + ctx_.options.name + ": split job abandoned: the coordinator has been silent for " +
-                                    std::to_string(ctx_.channel.silence().count()) + " ms");
-        return SplitJobEnd::abandoned;
-      }
-      while (auto m = ctx_.channel.pop_command())
-        if (auto end = handle(*m)) return *end;
-    }
+    return serve_split_commands(ctx_, [this](const Message& m) { return handle(m); });
   }
 
  private:

@@ -25,13 +25,6 @@ double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-// Shape (n, per_sample...).
-Shape batched(int64_t n, const Shape& per_sample) {
-  Shape s = per_sample;
-  s.insert(s.begin(), n);
-  return s;
-}
-
 }  // namespace
 
 nlohmann::json train_local(const TrainConfig& cfg) {

@@ -60,12 +60,6 @@ inline Tensor upload(Device& d, const Shape& shape, const std::vector<float>& ho
   return t;
 }
 
-inline Shape batched(int64_t batch, const Shape& per_sample) {
-  Shape s{batch};
-  s.insert(s.end(), per_sample.begin(), per_sample.end());
-  return s;
-}
-
 struct GradCheckOptions {
   double eps = 1e-2;
   double rtol = 3e-3;
