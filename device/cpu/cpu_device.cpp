@@ -8,7 +8,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <climits>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -17,6 +16,7 @@
 #include <vector>
 
 #include "device/backends.h"
+#include "device/op_checks.h"
 
 namespace cleave {
 
@@ -48,22 +48,6 @@ void run_chunks(int team, int64_t n, F&& f) {
 }
 
 float* ptr(const Tensor& t) { return t.defined() ? static_cast<float*>(t.handle()) + t.offset() : nullptr; }
-
-void check_window(const char* op, const Window2d& g) {
-  if (g.n < 0 || g.c < 0 || g.h < 1 || g.w < 1 || g.kh < 1 || g.kw < 1 || g.sh < 1 || g.sw < 1 || g.ph < 0 ||
-      g.pw < 0 || g.h + 2 * g.ph < g.kh || g.w + 2 * g.pw < g.kw)
-    throw std::invalid_argument(std::string("cpu ") + op + ": invalid window (input " + std::to_string(g.n) +
-                                "x" + std::to_string(g.c) + "x" + std::to_string(g.h) + "x" +
-                                std::to_string(g.w) + ", kernel " + std::to_string(g.kh) + "x" +
-                                std::to_string(g.kw) + ", stride " + std::to_string(g.sh) + "x" +
-                                std::to_string(g.sw) + ", padding " + std::to_string(g.ph) + "x" +
-                                std::to_string(g.pw) + ")");
-}
-
-void check_dims(const char* op, std::initializer_list<int64_t> dims) {
-  for (int64_t d : dims)
-    if (d < 0) throw std::invalid_argument(std::string("cpu ") + op + ": negative dimension " + std::to_string(d));
-}
 
 // Output positions xo in [lo, hi) whose input column xo*s - p + j lies in [0, w).
 void valid_range(int64_t w, int64_t out, int64_t s, int64_t p, int64_t j, int64_t& lo, int64_t& hi) {
@@ -152,56 +136,23 @@ int CpuDevice::team_size(int64_t n, int64_t cost) const {
   return static_cast<int>(std::min<int64_t>({threads_, n, by_work}));
 }
 
-namespace {
-
-// Shape and placement checks shared by the ops.
-struct Checker {
-  const Device* dev;
-  const char* op;
-  void on_device(const Tensor& t, const char* what) const {
-    if (!t.defined()) throw std::invalid_argument(std::string("cpu ") + op + ": " + what + " is undefined");
-    if (&t.device() != dev)
-      throw std::invalid_argument(std::string("cpu ") + op + ": " + what + " lives on another device (" +
-                                  t.device().name() + ")");
-  }
-  // t must hold at least `need` elements.
-  void at_least(const Tensor& t, const char* what, int64_t need) const {
-    on_device(t, what);
-    if (t.numel() < need)
-      throw std::invalid_argument(std::string("cpu ") + op + ": " + what + " " + shape_str(t.shape()) + " has " +
-                                  std::to_string(t.numel()) + " elements, needs " + std::to_string(need));
-  }
-  void same(const Tensor& t, const char* what, int64_t n) const {
-    on_device(t, what);
-    if (t.numel() != n)
-      throw std::invalid_argument(std::string("cpu ") + op + ": " + what + " " + shape_str(t.shape()) + " has " +
-                                  std::to_string(t.numel()) + " elements, expected " + std::to_string(n));
-  }
-};
-
-}  // namespace
-
 void CpuDevice::upload(const Tensor& dst, const float* src) {
-  Checker{this, "upload"}.on_device(dst, "dst");
-  if (dst.numel() > 0 && src == nullptr) throw std::invalid_argument("cpu upload: null source");
+  check_upload(*this, dst, src);
   if (dst.numel() > 0) std::memcpy(ptr(dst), src, dst.bytes());
 }
 
 void CpuDevice::download(const Tensor& src, float* dst) {
-  Checker{this, "download"}.on_device(src, "src");
-  if (src.numel() > 0 && dst == nullptr) throw std::invalid_argument("cpu download: null destination");
+  check_download(*this, src, dst);
   if (src.numel() > 0) std::memcpy(dst, ptr(src), src.bytes());
 }
 
 void CpuDevice::copy(const Tensor& src, const Tensor& dst) {
-  Checker ck{this, "copy"};
-  ck.on_device(src, "src");
-  ck.same(dst, "dst", src.numel());
+  check_copy(*this, src, dst);
   if (src.numel() > 0) std::memmove(ptr(dst), ptr(src), src.bytes());
 }
 
 void CpuDevice::fill(const Tensor& t, float value) {
-  Checker{this, "fill"}.on_device(t, "tensor");
+  check_fill(*this, t);
   float* p = ptr(t);
   run_chunks(team_size(t.numel(), 1), t.numel(), [&](int, int64_t b, int64_t e) { std::fill(p + b, p + e, value); });
 }
@@ -211,26 +162,14 @@ void CpuDevice::fill(const Tensor& t, float value) {
 
 void CpuDevice::gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const Tensor& a,
                      int64_t lda, const Tensor& b, int64_t ldb, float beta, const Tensor& c, int64_t ldc) {
-  Checker ck{this, "gemm"};
-  check_dims("gemm", {m, n, k});
-  if (m > INT_MAX || n > INT_MAX || k > INT_MAX || lda > INT_MAX || ldb > INT_MAX || ldc > INT_MAX)
-    throw std::invalid_argument("cpu gemm: dimensions exceed the BLAS integer range");
-  const int64_t rows_a = trans_a ? k : m, cols_a = trans_a ? m : k;
-  const int64_t rows_b = trans_b ? n : k, cols_b = trans_b ? k : n;
-  if (lda < std::max<int64_t>(1, cols_a) || ldb < std::max<int64_t>(1, cols_b) || ldc < std::max<int64_t>(1, n))
-    throw std::invalid_argument("cpu gemm: leading dimension too small (lda " + std::to_string(lda) + ", ldb " +
-                                std::to_string(ldb) + ", ldc " + std::to_string(ldc) + " for m " +
-                                std::to_string(m) + ", n " + std::to_string(n) + ", k " + std::to_string(k) + ")");
+  check_gemm(*this, trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc);
   if (m == 0 || n == 0) return;
-  ck.at_least(c, "C", (m - 1) * ldc + n);
   if (k == 0) {
     float* pc = ptr(c);
     for (int64_t i = 0; i < m; ++i)
       for (int64_t j = 0; j < n; ++j) pc[i * ldc + j] = beta == 0.f ? 0.f : beta * pc[i * ldc + j];
     return;
   }
-  ck.at_least(a, "A", (rows_a - 1) * lda + cols_a);
-  ck.at_least(b, "B", (rows_b - 1) * ldb + cols_b);
   cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
               static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), alpha, ptr(a), static_cast<int>(lda),
               ptr(b), static_cast<int>(ldb), beta, ptr(c), static_cast<int>(ldc));
@@ -240,9 +179,7 @@ void CpuDevice::gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k
 // elementwise (outputs may alias inputs element for element, so no __restrict here)
 
 void CpuDevice::axpy(float alpha, const Tensor& x, const Tensor& y) {
-  Checker ck{this, "axpy"};
-  ck.on_device(x, "x");
-  ck.same(y, "y", x.numel());
+  check_axpy(*this, x, y);
   const float* px = ptr(x);
   float* py = ptr(y);
   run_chunks(team_size(x.numel(), 1), x.numel(), [&](int, int64_t b, int64_t e) {
@@ -251,7 +188,7 @@ void CpuDevice::axpy(float alpha, const Tensor& x, const Tensor& y) {
 }
 
 void CpuDevice::scale(const Tensor& x, float alpha) {
-  Checker{this, "scale"}.on_device(x, "x");
+  check_scale(*this, x);
   float* px = ptr(x);
   run_chunks(team_size(x.numel(), 1), x.numel(), [&](int, int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) px[i] *= alpha;
@@ -259,10 +196,7 @@ void CpuDevice::scale(const Tensor& x, float alpha) {
 }
 
 void CpuDevice::mul(const Tensor& a, const Tensor& b, const Tensor& out) {
-  Checker ck{this, "mul"};
-  ck.on_device(a, "a");
-  ck.same(b, "b", a.numel());
-  ck.same(out, "out", a.numel());
+  check_mul(*this, a, b, out);
   const float* pa = ptr(a);
   const float* pb = ptr(b);
   float* po = ptr(out);
@@ -272,9 +206,7 @@ void CpuDevice::mul(const Tensor& a, const Tensor& b, const Tensor& out) {
 }
 
 void CpuDevice::activation_forward(Activation act, const Tensor& x, const Tensor& y) {
-  Checker ck{this, "activation_forward"};
-  ck.on_device(x, "x");
-  ck.same(y, "y", x.numel());
+  check_activation_forward(*this, act, x, y);
   const float* px = ptr(x);
   float* py = ptr(y);
   const int64_t n = x.numel();
@@ -295,22 +227,19 @@ void CpuDevice::activation_forward(Activation act, const Tensor& x, const Tensor
       });
       return;
   }
-  throw std::invalid_argument("cpu activation_forward: unknown activation");
+  throw op_error(*this, "activation_forward", "unknown activation");
 }
 
 void CpuDevice::activation_backward(Activation act, const Tensor& x, const Tensor& y, const Tensor& dy,
                                     const Tensor& dx) {
-  Checker ck{this, "activation_backward"};
-  ck.on_device(dy, "dy");
+  check_activation_backward(*this, act, x, y, dy, dx);
   const int64_t n = dy.numel();
-  ck.same(dx, "dx", n);
   const float* pdy = ptr(dy);
   float* pdx = ptr(dx);
   switch (act) {
     case Activation::relu: {
       // relu'(x) = 1 where x > 0 (equivalently y > 0); use whichever the caller kept.
       const Tensor& ref = x.defined() ? x : y;
-      ck.same(ref, "x", n);
       const float* pr = ptr(ref);
       run_chunks(team_size(n, 1), n, [&](int, int64_t b, int64_t e) {
         for (int64_t i = b; i < e; ++i) {
@@ -321,7 +250,6 @@ void CpuDevice::activation_backward(Activation act, const Tensor& x, const Tenso
       return;
     }
     case Activation::gelu: {
-      ck.same(x, "x", n);
       const float* px = ptr(x);
       run_chunks(team_size(n, 24), n, [&](int, int64_t b, int64_t e) {
         for (int64_t i = b; i < e; ++i) pdx[i] = pdy[i] * gelu_grad(px[i]);
@@ -329,7 +257,6 @@ void CpuDevice::activation_backward(Activation act, const Tensor& x, const Tenso
       return;
     }
     case Activation::tanh: {
-      ck.same(y, "y", n);
       const float* py = ptr(y);
       run_chunks(team_size(n, 1), n, [&](int, int64_t b, int64_t e) {
         for (int64_t i = b; i < e; ++i) pdx[i] = pdy[i] * (1.f - py[i] * py[i]);
@@ -337,17 +264,14 @@ void CpuDevice::activation_backward(Activation act, const Tensor& x, const Tenso
       return;
     }
   }
-  throw std::invalid_argument("cpu activation_backward: unknown activation");
+  throw op_error(*this, "activation_backward", "unknown activation");
 }
 
 // ---------------------------------------------------------------------------------------------
 // bias
 
 void CpuDevice::add_bias_rows(const Tensor& y, const Tensor& b, int64_t rows, int64_t features) {
-  Checker ck{this, "add_bias_rows"};
-  check_dims("add_bias_rows", {rows, features});
-  ck.at_least(y, "y", rows * features);
-  ck.at_least(b, "b", features);
+  check_add_bias_rows(*this, y, b, rows, features);
   float* py = ptr(y);
   const float* __restrict pb = ptr(b);
   run_chunks(team_size(rows, features), rows, [&](int, int64_t s, int64_t e) {
@@ -359,10 +283,7 @@ void CpuDevice::add_bias_rows(const Tensor& y, const Tensor& b, int64_t rows, in
 }
 
 void CpuDevice::bias_grad_rows(const Tensor& dy, const Tensor& db, int64_t rows, int64_t features) {
-  Checker ck{this, "bias_grad_rows"};
-  check_dims("bias_grad_rows", {rows, features});
-  ck.at_least(dy, "dy", rows * features);
-  ck.at_least(db, "db", features);
+  check_bias_grad_rows(*this, dy, db, rows, features);
   const float* pdy = ptr(dy);
   float* pdb = ptr(db);
   const int team = team_size(rows, features);
@@ -379,10 +300,7 @@ void CpuDevice::bias_grad_rows(const Tensor& dy, const Tensor& db, int64_t rows,
 }
 
 void CpuDevice::add_bias_channels(const Tensor& y, const Tensor& b, int64_t n, int64_t c, int64_t hw) {
-  Checker ck{this, "add_bias_channels"};
-  check_dims("add_bias_channels", {n, c, hw});
-  ck.at_least(y, "y", n * c * hw);
-  ck.at_least(b, "b", c);
+  check_add_bias_channels(*this, y, b, n, c, hw);
   float* py = ptr(y);
   const float* pb = ptr(b);
   run_chunks(team_size(n * c, hw), n * c, [&](int, int64_t s, int64_t e) {
@@ -395,10 +313,7 @@ void CpuDevice::add_bias_channels(const Tensor& y, const Tensor& b, int64_t n, i
 }
 
 void CpuDevice::bias_grad_channels(const Tensor& dy, const Tensor& db, int64_t n, int64_t c, int64_t hw) {
-  Checker ck{this, "bias_grad_channels"};
-  check_dims("bias_grad_channels", {n, c, hw});
-  ck.at_least(dy, "dy", n * c * hw);
-  ck.at_least(db, "db", c);
+  check_bias_grad_channels(*this, dy, db, n, c, hw);
   const float* pdy = ptr(dy);
   float* pdb = ptr(db);
   run_chunks(team_size(c, n * hw), c, [&](int, int64_t s, int64_t e) {
@@ -420,13 +335,10 @@ void CpuDevice::bias_grad_channels(const Tensor& dy, const Tensor& db, int64_t n
 // convolution helpers
 
 void CpuDevice::im2col(const Tensor& x, const Tensor& cols, const Window2d& g) {
-  Checker ck{this, "im2col"};
-  check_window("im2col", g);
+  check_im2col(*this, x, cols, g);
   const int64_t oh = g.out_h(), ow = g.out_w();
   const int64_t ncols = g.n * oh * ow;
   const int64_t nrows = g.c * g.kh * g.kw;
-  ck.at_least(x, "x", g.n * g.c * g.h * g.w);
-  ck.at_least(cols, "cols", nrows * ncols);
   const float* __restrict px = ptr(x);
   float* __restrict pc = ptr(cols);
   const int64_t h = g.h, w = g.w, c = g.c, kh = g.kh, kw = g.kw, sh = g.sh, sw = g.sw, ph = g.ph, pw = g.pw;
@@ -460,12 +372,9 @@ void CpuDevice::im2col(const Tensor& x, const Tensor& cols, const Window2d& g) {
 }
 
 void CpuDevice::col2im(const Tensor& cols, const Tensor& dx, const Window2d& g) {
-  Checker ck{this, "col2im"};
-  check_window("col2im", g);
+  check_col2im(*this, cols, dx, g);
   const int64_t oh = g.out_h(), ow = g.out_w();
   const int64_t ncols = g.n * oh * ow;
-  ck.at_least(cols, "cols", g.c * g.kh * g.kw * ncols);
-  ck.at_least(dx, "dx", g.n * g.c * g.h * g.w);
   const float* __restrict pc = ptr(cols);
   float* __restrict pdx = ptr(dx);
   const int64_t h = g.h, w = g.w, c = g.c, kh = g.kh, kw = g.kw, sh = g.sh, sw = g.sw, ph = g.ph, pw = g.pw;
@@ -498,12 +407,7 @@ void CpuDevice::col2im(const Tensor& cols, const Tensor& dx, const Window2d& g) 
 }
 
 void CpuDevice::swap_axes01(const Tensor& src, const Tensor& dst, int64_t a, int64_t b, int64_t r) {
-  Checker ck{this, "swap_axes01"};
-  check_dims("swap_axes01", {a, b, r});
-  ck.at_least(src, "src", a * b * r);
-  ck.at_least(dst, "dst", a * b * r);
-  if (a * b * r > 0 && ptr(src) == ptr(dst) && a > 1 && b > 1)
-    throw std::invalid_argument("cpu swap_axes01: src and dst must not overlap");
+  if (!check_swap_axes01(*this, src, dst, a, b, r)) return;
   const float* __restrict ps = ptr(src);
   float* __restrict pd = ptr(dst);
   if (r >= 8) {
@@ -536,13 +440,9 @@ void CpuDevice::swap_axes01(const Tensor& src, const Tensor& dst, int64_t a, int
 // pooling
 
 void CpuDevice::maxpool_forward(const Tensor& x, const Tensor& y, const Tensor& argmax, const Window2d& g) {
-  Checker ck{this, "maxpool_forward"};
-  check_window("maxpool_forward", g);
+  check_maxpool_forward(*this, x, y, argmax, g);
   const int64_t oh = g.out_h(), ow = g.out_w();
   const int64_t planes = g.n * g.c;
-  ck.at_least(x, "x", planes * g.h * g.w);
-  ck.at_least(y, "y", planes * oh * ow);
-  ck.at_least(argmax, "argmax", planes * oh * ow);
   const float* __restrict px = ptr(x);
   float* __restrict py = ptr(y);
   float* __restrict pa = ptr(argmax);
@@ -610,13 +510,9 @@ void CpuDevice::maxpool_forward(const Tensor& x, const Tensor& y, const Tensor& 
 }
 
 void CpuDevice::maxpool_backward(const Tensor& dy, const Tensor& argmax, const Tensor& dx, const Window2d& g) {
-  Checker ck{this, "maxpool_backward"};
-  check_window("maxpool_backward", g);
+  check_maxpool_backward(*this, dy, argmax, dx, g);
   const int64_t oh = g.out_h(), ow = g.out_w();
   const int64_t planes = g.n * g.c, hw = g.h * g.w, ohw = oh * ow;
-  ck.at_least(dy, "dy", planes * ohw);
-  ck.at_least(argmax, "argmax", planes * ohw);
-  ck.at_least(dx, "dx", planes * hw);
   const float* __restrict pdy = ptr(dy);
   const float* __restrict pa = ptr(argmax);
   float* __restrict pdx = ptr(dx);
@@ -635,12 +531,9 @@ void CpuDevice::maxpool_backward(const Tensor& dy, const Tensor& argmax, const T
 }
 
 void CpuDevice::avgpool_forward(const Tensor& x, const Tensor& y, const Window2d& g) {
-  Checker ck{this, "avgpool_forward"};
-  check_window("avgpool_forward", g);
+  check_avgpool_forward(*this, x, y, g);
   const int64_t oh = g.out_h(), ow = g.out_w();
   const int64_t planes = g.n * g.c;
-  ck.at_least(x, "x", planes * g.h * g.w);
-  ck.at_least(y, "y", planes * oh * ow);
   const float* __restrict px = ptr(x);
   float* __restrict py = ptr(y);
   const int64_t h = g.h, w = g.w, kh = g.kh, kw = g.kw, sh = g.sh, sw = g.sw, ph = g.ph, pw = g.pw;
@@ -664,12 +557,9 @@ void CpuDevice::avgpool_forward(const Tensor& x, const Tensor& y, const Window2d
 }
 
 void CpuDevice::avgpool_backward(const Tensor& dy, const Tensor& dx, const Window2d& g) {
-  Checker ck{this, "avgpool_backward"};
-  check_window("avgpool_backward", g);
+  check_avgpool_backward(*this, dy, dx, g);
   const int64_t oh = g.out_h(), ow = g.out_w();
   const int64_t planes = g.n * g.c;
-  ck.at_least(dy, "dy", planes * oh * ow);
-  ck.at_least(dx, "dx", planes * g.h * g.w);
   const float* __restrict pdy = ptr(dy);
   float* __restrict pdx = ptr(dx);
   const int64_t h = g.h, w = g.w, kh = g.kh, kw = g.kw, sh = g.sh, sw = g.sw, ph = g.ph, pw = g.pw;
@@ -697,15 +587,7 @@ void CpuDevice::avgpool_backward(const Tensor& dy, const Tensor& dx, const Windo
 
 void CpuDevice::layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& y,
                                   const Tensor& mean, const Tensor& rstd, int64_t rows, int64_t cols, float eps) {
-  Checker ck{this, "layernorm_forward"};
-  check_dims("layernorm_forward", {rows, cols});
-  if (cols == 0) throw std::invalid_argument("cpu layernorm_forward: cols must be > 0");
-  ck.at_least(x, "x", rows * cols);
-  ck.at_least(y, "y", rows * cols);
-  ck.at_least(gamma, "gamma", cols);
-  ck.at_least(beta, "beta", cols);
-  ck.at_least(mean, "mean", rows);
-  ck.at_least(rstd, "rstd", rows);
+  check_layernorm_forward(*this, x, gamma, beta, y, mean, rstd, rows, cols);
   const float* px = ptr(x);
   float* py = ptr(y);
   const float* __restrict pg = ptr(gamma);
@@ -734,17 +616,7 @@ void CpuDevice::layernorm_forward(const Tensor& x, const Tensor& gamma, const Te
 void CpuDevice::layernorm_backward(const Tensor& x, const Tensor& gamma, const Tensor& mean, const Tensor& rstd,
                                    const Tensor& dy, const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta,
                                    int64_t rows, int64_t cols) {
-  Checker ck{this, "layernorm_backward"};
-  check_dims("layernorm_backward", {rows, cols});
-  if (cols == 0) throw std::invalid_argument("cpu layernorm_backward: cols must be > 0");
-  ck.at_least(x, "x", rows * cols);
-  ck.at_least(dy, "dy", rows * cols);
-  ck.at_least(dx, "dx", rows * cols);
-  ck.at_least(gamma, "gamma", cols);
-  ck.at_least(mean, "mean", rows);
-  ck.at_least(rstd, "rstd", rows);
-  ck.at_least(dgamma, "dgamma", cols);
-  ck.at_least(dbeta, "dbeta", cols);
+  check_layernorm_backward(*this, x, gamma, mean, rstd, dy, dx, dgamma, dbeta, rows, cols);
   const float* px = ptr(x);
   const float* pdy = ptr(dy);
   float* pdx = ptr(dx);
@@ -806,13 +678,7 @@ int64_t label_index(const char* op, float label, int64_t row, int64_t classes) {
 
 void CpuDevice::softmax_xent(const Tensor& logits, const Tensor& labels, const Tensor& loss, const Tensor& dlogits,
                              int64_t rows, int64_t classes, float grad_scale) {
-  Checker ck{this, "softmax_xent"};
-  check_dims("softmax_xent", {rows, classes});
-  if (classes == 0) throw std::invalid_argument("cpu softmax_xent: classes must be > 0");
-  ck.at_least(logits, "logits", rows * classes);
-  ck.at_least(labels, "labels", rows);
-  ck.at_least(loss, "loss", rows);
-  if (dlogits.defined()) ck.at_least(dlogits, "dlogits", rows * classes);
+  check_softmax_xent(*this, logits, labels, loss, dlogits, rows, classes);
   const float* pl = ptr(logits);
   const float* plab = ptr(labels);
   for (int64_t r = 0; r < rows; ++r) label_index("softmax_xent", plab[r], r, classes);
@@ -841,12 +707,7 @@ void CpuDevice::softmax_xent(const Tensor& logits, const Tensor& labels, const T
 
 void CpuDevice::mse(const Tensor& pred, const Tensor& target, const Tensor& loss, const Tensor& dpred,
                     int64_t rows, int64_t cols, float grad_scale) {
-  Checker ck{this, "mse"};
-  check_dims("mse", {rows, cols});
-  ck.at_least(pred, "pred", rows * cols);
-  ck.at_least(target, "target", rows * cols);
-  ck.at_least(loss, "loss", rows);
-  if (dpred.defined()) ck.at_least(dpred, "dpred", rows * cols);
+  check_mse(*this, pred, target, loss, dpred, rows, cols);
   const float* pp = ptr(pred);
   const float* pt = ptr(target);
   float* pl = ptr(loss);
@@ -871,12 +732,7 @@ void CpuDevice::mse(const Tensor& pred, const Tensor& target, const Tensor& loss
 
 void CpuDevice::argmax_match(const Tensor& logits, const Tensor& labels, const Tensor& correct, int64_t rows,
                              int64_t classes) {
-  Checker ck{this, "argmax_match"};
-  check_dims("argmax_match", {rows, classes});
-  if (classes == 0) throw std::invalid_argument("cpu argmax_match: classes must be > 0");
-  ck.at_least(logits, "logits", rows * classes);
-  ck.at_least(labels, "labels", rows);
-  ck.at_least(correct, "correct", rows);
+  check_argmax_match(*this, logits, labels, correct, rows, classes);
   const float* pl = ptr(logits);
   const float* plab = ptr(labels);
   float* pc = ptr(correct);
@@ -893,12 +749,9 @@ void CpuDevice::argmax_match(const Tensor& logits, const Tensor& labels, const T
 // optimizers
 
 void CpuDevice::sgd_step(const Tensor& params, const Tensor& grads, const Tensor& momentum_buf, const SgdStep& s) {
-  Checker ck{this, "sgd_step"};
-  ck.on_device(params, "params");
+  check_sgd_step(*this, params, grads, momentum_buf, s);
   const int64_t n = params.numel();
-  ck.same(grads, "grads", n);
   const bool use_momentum = s.momentum != 0.f;
-  if (use_momentum) ck.same(momentum_buf, "momentum_buf", n);
   float* __restrict p = ptr(params);
   const float* __restrict g = ptr(grads);
   float* __restrict buf = use_momentum ? ptr(momentum_buf) : nullptr;
@@ -926,13 +779,8 @@ void CpuDevice::sgd_step(const Tensor& params, const Tensor& grads, const Tensor
 
 void CpuDevice::adam_step(const Tensor& params, const Tensor& grads, const Tensor& m, const Tensor& v,
                           const AdamStep& s) {
-  Checker ck{this, "adam_step"};
-  ck.on_device(params, "params");
+  check_adam_step(*this, params, grads, m, v, s);
   const int64_t n = params.numel();
-  ck.same(grads, "grads", n);
-  ck.same(m, "m", n);
-  ck.same(v, "v", n);
-  if (s.step < 1) throw std::invalid_argument("cpu adam_step: step must be >= 1, got " + std::to_string(s.step));
   float* __restrict p = ptr(params);
   const float* __restrict g = ptr(grads);
   float* __restrict pm = ptr(m);
@@ -958,7 +806,7 @@ void CpuDevice::adam_step(const Tensor& params, const Tensor& grads, const Tenso
 }
 
 float CpuDevice::sum_squares(const Tensor& t) {
-  Checker{this, "sum_squares"}.on_device(t, "tensor");
+  check_sum_squares(*this, t);
   const float* p = ptr(t);
   const int64_t n = t.numel();
   const int team = team_size(n, 1);

@@ -1,17 +1,17 @@
-// cuda_device.cpp: CudaDevice — memory, copies, cuBLAS GEMM, and the tensor-level
-// checks in front of the kernel launchers of kernels/cuda/. Every op checks its
-// tensors (defined, on this device, large enough) before anything is queued, then
-// binds the GPU to the calling thread and launches on the device's stream.
+// cuda_device.cpp: CudaDevice — memory, copies, cuBLAS GEMM, and the calls into
+// the kernel launchers of kernels/cuda/. Every op checks its arguments with the
+// checks shared by all backends (device/op_checks.h) before anything is queued,
+// then binds the GPU to the calling thread and launches on the device's stream.
 #include "device/cuda/cuda_device.h"
 
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
-#include <climits>
 #include <cstdio>
 
 #include "device/backends.h"
+#include "device/op_checks.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/ops.h"
 
@@ -30,36 +30,6 @@ std::string unusable(const std::string& why) {
 }
 
 float* ptr(const Tensor& t) { return t.defined() ? static_cast<float*>(t.handle()) + t.offset() : nullptr; }
-
-// Shape and placement checks shared by the ops (messages name the op and the tensor).
-struct Checker {
-  const Device* dev;
-  const char* op;
-  [[noreturn]] void fail(const std::string& what) const {
-    throw std::invalid_argument(std::string("cuda ") + op + ": " + what);
-  }
-  void on_device(const Tensor& t, const char* what) const {
-    if (!t.defined()) fail(std::string(what) + " is undefined");
-    if (&t.device() != dev) fail(std::string(what) + " lives on another device (" + t.device().name() + ")");
-  }
-  // t must hold at least `need` elements.
-  void at_least(const Tensor& t, const char* what, int64_t need) const {
-    on_device(t, what);
-    if (t.numel() < need)
-      fail(std::string(what) + " " + shape_str(t.shape()) + " has " + std::to_string(t.numel()) +
-           " elements, needs " + std::to_string(need));
-  }
-  void same(const Tensor& t, const char* what, int64_t n) const {
-    on_device(t, what);
-    if (t.numel() != n)
-      fail(std::string(what) + " " + shape_str(t.shape()) + " has " + std::to_string(t.numel()) +
-           " elements, expected " + std::to_string(n));
-  }
-  void dims(std::initializer_list<int64_t> ds) const {
-    for (int64_t d : ds)
-      if (d < 0) fail("negative dimension " + std::to_string(d));
-  }
-};
 
 cudaStream_t as_stream(CUstream_st* s) { return s; }
 cublasHandle_t as_handle(cublasContext* h) { return h; }
@@ -187,27 +157,23 @@ std::shared_ptr<Buffer> CudaDevice::allocate(size_t bytes) {
 }
 
 void CudaDevice::upload(const Tensor& dst, const float* src) {
-  Checker{this, "upload"}.on_device(dst, "dst");
+  check_upload(*this, dst, src);
   if (dst.numel() == 0) return;
-  if (src == nullptr) throw std::invalid_argument("cuda upload: null source");
   bind();
   // Pageable source: returns once src has been staged, so the caller may reuse it.
   CUDA_CHECK(cudaMemcpyAsync(ptr(dst), src, dst.bytes(), cudaMemcpyHostToDevice, as_stream(stream_)));
 }
 
 void CudaDevice::download(const Tensor& src, float* dst) {
-  Checker{this, "download"}.on_device(src, "src");
+  check_download(*this, src, dst);
   if (src.numel() == 0) return;
-  if (dst == nullptr) throw std::invalid_argument("cuda download: null destination");
   bind();
   CUDA_CHECK(cudaMemcpyAsync(dst, ptr(src), src.bytes(), cudaMemcpyDeviceToHost, as_stream(stream_)));
   CUDA_CHECK(cudaStreamSynchronize(as_stream(stream_)));
 }
 
 void CudaDevice::copy(const Tensor& src, const Tensor& dst) {
-  Checker ck{this, "copy"};
-  ck.on_device(src, "src");
-  ck.same(dst, "dst", src.numel());
+  check_copy(*this, src, dst);
   if (src.numel() == 0) return;
   const float* s = ptr(src);
   float* d = ptr(dst);
@@ -228,7 +194,7 @@ void CudaDevice::copy(const Tensor& src, const Tensor& dst) {
 }
 
 void CudaDevice::fill(const Tensor& t, float value) {
-  Checker{this, "fill"}.on_device(t, "tensor");
+  check_fill(*this, t);
   bind();
   cuda::fill(ptr(t), t.numel(), value, as_stream(stream_));
 }
@@ -244,25 +210,13 @@ void CudaDevice::synchronize() {
 
 void CudaDevice::gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const Tensor& a,
                       int64_t lda, const Tensor& b, int64_t ldb, float beta, const Tensor& c, int64_t ldc) {
-  Checker ck{this, "gemm"};
-  ck.dims({m, n, k});
-  if (m > INT_MAX || n > INT_MAX || k > INT_MAX || lda > INT_MAX || ldb > INT_MAX || ldc > INT_MAX)
-    ck.fail("dimensions exceed the cuBLAS integer range");
-  const int64_t rows_a = trans_a ? k : m, cols_a = trans_a ? m : k;
-  const int64_t rows_b = trans_b ? n : k, cols_b = trans_b ? k : n;
-  if (lda < std::max<int64_t>(1, cols_a) || ldb < std::max<int64_t>(1, cols_b) || ldc < std::max<int64_t>(1, n))
-    ck.fail("leading dimension too small (lda " + std::to_string(lda) + ", ldb " + std::to_string(ldb) + ", ldc " +
-            std::to_string(ldc) + " for m " + std::to_string(m) + ", n " + std::to_string(n) + ", k " +
-            std::to_string(k) + ")");
+  check_gemm(*this, trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc);
   if (m == 0 || n == 0) return;
-  ck.at_least(c, "C", (m - 1) * ldc + n);
   bind();
   if (k == 0) {
     cuda::scale_matrix(ptr(c), m, n, ldc, beta, as_stream(stream_));
     return;
   }
-  ck.at_least(a, "A", (rows_a - 1) * lda + cols_a);
-  ck.at_least(b, "B", (rows_b - 1) * ldb + cols_b);
   CUBLAS_CHECK(cublasSgemm(as_handle(cublas_), trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
                            static_cast<int>(n), static_cast<int>(m), static_cast<int>(k), &alpha, ptr(b),
                            static_cast<int>(ldb), ptr(a), static_cast<int>(lda), &beta, ptr(c),
@@ -273,62 +227,40 @@ void CudaDevice::gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t 
 // elementwise
 
 void CudaDevice::axpy(float alpha, const Tensor& x, const Tensor& y) {
-  Checker ck{this, "axpy"};
-  ck.on_device(x, "x");
-  ck.same(y, "y", x.numel());
+  check_axpy(*this, x, y);
   bind();
   cuda::axpy(alpha, ptr(x), ptr(y), x.numel(), as_stream(stream_));
 }
 
 void CudaDevice::scale(const Tensor& x, float alpha) {
-  Checker{this, "scale"}.on_device(x, "x");
+  check_scale(*this, x);
   bind();
   cuda::scale(ptr(x), alpha, x.numel(), as_stream(stream_));
 }
 
 void CudaDevice::mul(const Tensor& a, const Tensor& b, const Tensor& out) {
-  Checker ck{this, "mul"};
-  ck.on_device(a, "a");
-  ck.same(b, "b", a.numel());
-  ck.same(out, "out", a.numel());
+  check_mul(*this, a, b, out);
   bind();
   cuda::mul(ptr(a), ptr(b), ptr(out), a.numel(), as_stream(stream_));
 }
 
 void CudaDevice::activation_forward(Activation act, const Tensor& x, const Tensor& y) {
-  Checker ck{this, "activation_forward"};
-  ck.on_device(x, "x");
-  ck.same(y, "y", x.numel());
+  check_activation_forward(*this, act, x, y);
   bind();
   cuda::activation_forward(act, ptr(x), ptr(y), x.numel(), as_stream(stream_));
 }
 
 void CudaDevice::activation_backward(Activation act, const Tensor& x, const Tensor& y, const Tensor& dy,
                                      const Tensor& dx) {
-  Checker ck{this, "activation_backward"};
-  ck.on_device(dy, "dy");
-  const int64_t n = dy.numel();
-  ck.same(dx, "dx", n);
+  check_activation_backward(*this, act, x, y, dy, dx);
   const float* px = nullptr;
   const float* py = nullptr;
   switch (act) {
-    case Activation::relu: {
-      // relu'(x) = 1 where x > 0 (equivalently y > 0); use whichever the caller kept.
-      const Tensor& ref = x.defined() ? x : y;
-      ck.same(ref, "x", n);
-      px = ptr(ref);
-      break;
-    }
-    case Activation::gelu:
-      ck.same(x, "x", n);
-      px = ptr(x);
-      break;
-    case Activation::tanh:
-      ck.same(y, "y", n);
-      py = ptr(y);
-      break;
-    default: ck.fail("unknown activation");
+    case Activation::relu: px = ptr(x.defined() ? x : y); break;  // x > 0 exactly where y > 0: either will do
+    case Activation::gelu: px = ptr(x); break;
+    case Activation::tanh: py = ptr(y); break;
   }
+  const int64_t n = dy.numel();
   bind();
   cuda::activation_backward(act, px, py, ptr(dy), ptr(dx), n, as_stream(stream_));
 }
@@ -337,37 +269,25 @@ void CudaDevice::activation_backward(Activation act, const Tensor& x, const Tens
 // bias
 
 void CudaDevice::add_bias_rows(const Tensor& y, const Tensor& b, int64_t rows, int64_t features) {
-  Checker ck{this, "add_bias_rows"};
-  ck.dims({rows, features});
-  ck.at_least(y, "y", rows * features);
-  ck.at_least(b, "b", features);
+  check_add_bias_rows(*this, y, b, rows, features);
   bind();
   cuda::add_bias_rows(ptr(y), ptr(b), rows, features, as_stream(stream_));
 }
 
 void CudaDevice::bias_grad_rows(const Tensor& dy, const Tensor& db, int64_t rows, int64_t features) {
-  Checker ck{this, "bias_grad_rows"};
-  ck.dims({rows, features});
-  ck.at_least(dy, "dy", rows * features);
-  ck.at_least(db, "db", features);
+  check_bias_grad_rows(*this, dy, db, rows, features);
   bind();
   cuda::bias_grad_rows(ptr(dy), ptr(db), rows, features, as_stream(stream_));
 }
 
 void CudaDevice::add_bias_channels(const Tensor& y, const Tensor& b, int64_t n, int64_t c, int64_t hw) {
-  Checker ck{this, "add_bias_channels"};
-  ck.dims({n, c, hw});
-  ck.at_least(y, "y", n * c * hw);
-  ck.at_least(b, "b", c);
+  check_add_bias_channels(*this, y, b, n, c, hw);
   bind();
   cuda::add_bias_channels(ptr(y), ptr(b), n, c, hw, as_stream(stream_));
 }
 
 void CudaDevice::bias_grad_channels(const Tensor& dy, const Tensor& db, int64_t n, int64_t c, int64_t hw) {
-  Checker ck{this, "bias_grad_channels"};
-  ck.dims({n, c, hw});
-  ck.at_least(dy, "dy", n * c * hw);
-  ck.at_least(db, "db", c);
+  check_bias_grad_channels(*this, dy, db, n, c, hw);
   bind();
   cuda::bias_grad_channels(ptr(dy), ptr(db), n, c, hw, as_stream(stream_));
 }
@@ -376,39 +296,19 @@ void CudaDevice::bias_grad_channels(const Tensor& dy, const Tensor& db, int64_t 
 // convolution helpers
 
 void CudaDevice::im2col(const Tensor& x, const Tensor& cols, const Window2d& g) {
-  Checker ck{this, "im2col"};
-  cuda::check_window("im2col", g);
-  const int64_t ncols = g.n * g.out_h() * g.out_w();
-  ck.at_least(x, "x", g.n * g.c * g.h * g.w);
-  ck.at_least(cols, "cols", g.c * g.kh * g.kw * ncols);
+  check_im2col(*this, x, cols, g);
   bind();
   cuda::im2col(ptr(x), ptr(cols), g, as_stream(stream_));
 }
 
 void CudaDevice::col2im(const Tensor& cols, const Tensor& dx, const Window2d& g) {
-  Checker ck{this, "col2im"};
-  cuda::check_window("col2im", g);
-  const int64_t ncols = g.n * g.out_h() * g.out_w();
-  ck.at_least(cols, "cols", g.c * g.kh * g.kw * ncols);
-  ck.at_least(dx, "dx", g.n * g.c * g.h * g.w);
+  check_col2im(*this, cols, dx, g);
   bind();
   cuda::col2im(ptr(cols), ptr(dx), g, as_stream(stream_));
 }
 
 void CudaDevice::swap_axes01(const Tensor& src, const Tensor& dst, int64_t a, int64_t b, int64_t r) {
-  Checker ck{this, "swap_axes01"};
-  ck.dims({a, b, r});
-  const int64_t total = a * b * r;
-  ck.at_least(src, "src", total);
-  ck.at_least(dst, "dst", total);
-  if (total > 0) {
-    const float* s = ptr(src);
-    const float* d = ptr(dst);
-    if (d < s + total && s < d + total) {
-      if (s != d || (a > 1 && b > 1)) ck.fail("src and dst must not overlap");
-      return;  // a or b is 1 and src == dst: the swap is the identity
-    }
-  }
+  if (!check_swap_axes01(*this, src, dst, a, b, r)) return;
   bind();
   cuda::swap_axes01(ptr(src), ptr(dst), a, b, r, as_stream(stream_));
 }
@@ -417,43 +317,25 @@ void CudaDevice::swap_axes01(const Tensor& src, const Tensor& dst, int64_t a, in
 // pooling
 
 void CudaDevice::maxpool_forward(const Tensor& x, const Tensor& y, const Tensor& argmax, const Window2d& g) {
-  Checker ck{this, "maxpool_forward"};
-  cuda::check_window("maxpool_forward", g);
-  const int64_t planes = g.n * g.c, out = planes * g.out_h() * g.out_w();
-  ck.at_least(x, "x", planes * g.h * g.w);
-  ck.at_least(y, "y", out);
-  ck.at_least(argmax, "argmax", out);
+  check_maxpool_forward(*this, x, y, argmax, g);
   bind();
   cuda::maxpool_forward(ptr(x), ptr(y), ptr(argmax), g, as_stream(stream_));
 }
 
 void CudaDevice::maxpool_backward(const Tensor& dy, const Tensor& argmax, const Tensor& dx, const Window2d& g) {
-  Checker ck{this, "maxpool_backward"};
-  cuda::check_window("maxpool_backward", g);
-  const int64_t planes = g.n * g.c, out = planes * g.out_h() * g.out_w();
-  ck.at_least(dy, "dy", out);
-  ck.at_least(argmax, "argmax", out);
-  ck.at_least(dx, "dx", planes * g.h * g.w);
+  check_maxpool_backward(*this, dy, argmax, dx, g);
   bind();
   cuda::maxpool_backward(ptr(dy), ptr(argmax), ptr(dx), g, as_stream(stream_));
 }
 
 void CudaDevice::avgpool_forward(const Tensor& x, const Tensor& y, const Window2d& g) {
-  Checker ck{this, "avgpool_forward"};
-  cuda::check_window("avgpool_forward", g);
-  const int64_t planes = g.n * g.c;
-  ck.at_least(x, "x", planes * g.h * g.w);
-  ck.at_least(y, "y", planes * g.out_h() * g.out_w());
+  check_avgpool_forward(*this, x, y, g);
   bind();
   cuda::avgpool_forward(ptr(x), ptr(y), g, as_stream(stream_));
 }
 
 void CudaDevice::avgpool_backward(const Tensor& dy, const Tensor& dx, const Window2d& g) {
-  Checker ck{this, "avgpool_backward"};
-  cuda::check_window("avgpool_backward", g);
-  const int64_t planes = g.n * g.c;
-  ck.at_least(dy, "dy", planes * g.out_h() * g.out_w());
-  ck.at_least(dx, "dx", planes * g.h * g.w);
+  check_avgpool_backward(*this, dy, dx, g);
   bind();
   cuda::avgpool_backward(ptr(dy), ptr(dx), g, as_stream(stream_));
 }
@@ -463,15 +345,7 @@ void CudaDevice::avgpool_backward(const Tensor& dy, const Tensor& dx, const Wind
 
 void CudaDevice::layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& y,
                                    const Tensor& mean, const Tensor& rstd, int64_t rows, int64_t cols, float eps) {
-  Checker ck{this, "layernorm_forward"};
-  ck.dims({rows, cols});
-  if (cols == 0) ck.fail("cols must be > 0");
-  ck.at_least(x, "x", rows * cols);
-  ck.at_least(y, "y", rows * cols);
-  ck.at_least(gamma, "gamma", cols);
-  ck.at_least(beta, "beta", cols);
-  ck.at_least(mean, "mean", rows);
-  ck.at_least(rstd, "rstd", rows);
+  check_layernorm_forward(*this, x, gamma, beta, y, mean, rstd, rows, cols);
   bind();
   cuda::layernorm_forward(ptr(x), ptr(gamma), ptr(beta), ptr(y), ptr(mean), ptr(rstd), rows, cols, eps,
                           as_stream(stream_));
@@ -480,17 +354,7 @@ void CudaDevice::layernorm_forward(const Tensor& x, const Tensor& gamma, const T
 void CudaDevice::layernorm_backward(const Tensor& x, const Tensor& gamma, const Tensor& mean, const Tensor& rstd,
                                     const Tensor& dy, const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta,
                                     int64_t rows, int64_t cols) {
-  Checker ck{this, "layernorm_backward"};
-  ck.dims({rows, cols});
-  if (cols == 0) ck.fail("cols must be > 0");
-  ck.at_least(x, "x", rows * cols);
-  ck.at_least(dy, "dy", rows * cols);
-  ck.at_least(dx, "dx", rows * cols);
-  ck.at_least(gamma, "gamma", cols);
-  ck.at_least(mean, "mean", rows);
-  ck.at_least(rstd, "rstd", rows);
-  ck.at_least(dgamma, "dgamma", cols);
-  ck.at_least(dbeta, "dbeta", cols);
+  check_layernorm_backward(*this, x, gamma, mean, rstd, dy, dx, dgamma, dbeta, rows, cols);
   bind();
   cuda::layernorm_backward(ptr(x), ptr(gamma), ptr(mean), ptr(rstd), ptr(dy), ptr(dx), ptr(dgamma), ptr(dbeta),
                            rows, cols, as_stream(stream_));
@@ -501,13 +365,7 @@ void CudaDevice::layernorm_backward(const Tensor& x, const Tensor& gamma, const 
 
 void CudaDevice::softmax_xent(const Tensor& logits, const Tensor& labels, const Tensor& loss,
                               const Tensor& dlogits, int64_t rows, int64_t classes, float grad_scale) {
-  Checker ck{this, "softmax_xent"};
-  ck.dims({rows, classes});
-  if (classes == 0) ck.fail("classes must be > 0");
-  ck.at_least(logits, "logits", rows * classes);
-  ck.at_least(labels, "labels", rows);
-  ck.at_least(loss, "loss", rows);
-  if (dlogits.defined()) ck.at_least(dlogits, "dlogits", rows * classes);
+  check_softmax_xent(*this, logits, labels, loss, dlogits, rows, classes);
   bind();
   cuda::softmax_xent(ptr(logits), ptr(labels), ptr(loss), ptr(dlogits), rows, classes, grad_scale,
                      as_stream(stream_));
@@ -515,24 +373,14 @@ void CudaDevice::softmax_xent(const Tensor& logits, const Tensor& labels, const 
 
 void CudaDevice::mse(const Tensor& pred, const Tensor& target, const Tensor& loss, const Tensor& dpred,
                      int64_t rows, int64_t cols, float grad_scale) {
-  Checker ck{this, "mse"};
-  ck.dims({rows, cols});
-  ck.at_least(pred, "pred", rows * cols);
-  ck.at_least(target, "target", rows * cols);
-  ck.at_least(loss, "loss", rows);
-  if (dpred.defined()) ck.at_least(dpred, "dpred", rows * cols);
+  check_mse(*this, pred, target, loss, dpred, rows, cols);
   bind();
   cuda::mse(ptr(pred), ptr(target), ptr(loss), ptr(dpred), rows, cols, grad_scale, as_stream(stream_));
 }
 
 void CudaDevice::argmax_match(const Tensor& logits, const Tensor& labels, const Tensor& correct, int64_t rows,
                               int64_t classes) {
-  Checker ck{this, "argmax_match"};
-  ck.dims({rows, classes});
-  if (classes == 0) ck.fail("classes must be > 0");
-  ck.at_least(logits, "logits", rows * classes);
-  ck.at_least(labels, "labels", rows);
-  ck.at_least(correct, "correct", rows);
+  check_argmax_match(*this, logits, labels, correct, rows, classes);
   bind();
   cuda::argmax_match(ptr(logits), ptr(labels), ptr(correct), rows, classes, as_stream(stream_));
 }
@@ -542,31 +390,23 @@ void CudaDevice::argmax_match(const Tensor& logits, const Tensor& labels, const 
 
 void CudaDevice::sgd_step(const Tensor& params, const Tensor& grads, const Tensor& momentum_buf,
                           const SgdStep& s) {
-  Checker ck{this, "sgd_step"};
-  ck.on_device(params, "params");
+  check_sgd_step(*this, params, grads, momentum_buf, s);
   const int64_t n = params.numel();
-  ck.same(grads, "grads", n);
   const bool use_momentum = s.momentum != 0.f;
-  if (use_momentum) ck.same(momentum_buf, "momentum_buf", n);
   bind();
   cuda::sgd_step(ptr(params), ptr(grads), use_momentum ? ptr(momentum_buf) : nullptr, n, s, as_stream(stream_));
 }
 
 void CudaDevice::adam_step(const Tensor& params, const Tensor& grads, const Tensor& m, const Tensor& v,
                            const AdamStep& s) {
-  Checker ck{this, "adam_step"};
-  ck.on_device(params, "params");
+  check_adam_step(*this, params, grads, m, v, s);
   const int64_t n = params.numel();
-  ck.same(grads, "grads", n);
-  ck.same(m, "m", n);
-  ck.same(v, "v", n);
-  if (s.step < 1) ck.fail("step must be >= 1, got " + std::to_string(s.step));
   bind();
   cuda::adam_step(ptr(params), ptr(grads), ptr(m), ptr(v), n, s, as_stream(stream_));
 }
 
 float CudaDevice::sum_squares(const Tensor& t) {
-  Checker{this, "sum_squares"}.on_device(t, "tensor");
+  check_sum_squares(*this, t);
   bind();
   const cudaStream_t stream = as_stream(stream_);
   double* result = scratch_ + cuda::kSumSquaresPartials;

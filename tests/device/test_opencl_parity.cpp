@@ -617,6 +617,48 @@ TEST_CASE("opencl ops reject bad tensors with clear messages", "[opencl]") {
   CHECK_THROWS_WITH(cl.copy(a, small), Catch::Contains("expected 8"));
 }
 
+TEST_CASE("opencl and cpu refuse bad arguments with the same message", "[opencl]") {
+  CLEAVE_NEED_OPENCL();
+  // The checks are shared (device/op_checks.h): only the backend prefix differs.
+  const auto message = [](Device& d, auto&& op) -> std::string {
+    Tensor a(d, {8}), small(d, {3});
+    try {
+      op(d, a, small);
+    } catch (const std::invalid_argument& e) {
+      const std::string m = e.what();
+      return m.substr(m.find(' ') + 1);
+    }
+    return "(nothing thrown)";
+  };
+  const auto same = [&](const char* what, auto&& op) {
+    INFO(what);
+    const std::string want = message(cpu, op), got = message(cl, op);
+    CHECK(got == want);
+    CHECK(got != "(nothing thrown)");
+  };
+  same("gemm", [](Device& d, Tensor& a, Tensor&) { d.gemm(false, false, 4, 4, 4, 1.f, a, 3, a, 4, 0.f, a, 4); });
+  same("gemm range", [](Device& d, Tensor& a, Tensor&) {
+    d.gemm(false, false, 1, 1, int64_t{1} << 31, 1.f, a, int64_t{1} << 31, a, 1, 0.f, a, 1);
+  });
+  same("swap_axes01 partial overlap", [](Device& d, Tensor& a, Tensor&) {
+    d.swap_axes01(Tensor::view(a, 0, {4}), Tensor::view(a, 2, {4}), 2, 2, 1);
+  });
+  same("activation", [](Device& d, Tensor& a, Tensor& small) {
+    d.activation_backward(Activation::tanh, a, small, a, a);
+  });
+  same("window", [](Device& d, Tensor& a, Tensor& small) {
+    Window2d g;
+    g.n = 1, g.c = 1, g.h = 2, g.w = 2, g.kh = 3, g.kw = 3;
+    d.avgpool_backward(a, small, g);
+  });
+  same("loss", [](Device& d, Tensor& a, Tensor& small) { d.mse(a, a, small, Tensor(), 4, 2, 1.f); });
+  same("adam", [](Device& d, Tensor& a, Tensor&) {
+    AdamStep s;
+    s.step = 0;
+    d.adam_step(a, a, a, a, s);
+  });
+}
+
 TEST_CASE("opencl memory accounting and limits", "[opencl]") {
   CLEAVE_NEED_OPENCL();
   DeviceOptions opts;
