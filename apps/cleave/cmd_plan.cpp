@@ -54,7 +54,7 @@ void add_plan_command(CLI::App& root) {
     options.max_stages = f->max_stages;
     Plan result;
     try {
-      result = plan(profile, cluster, options);
+      result = plan_shared_hosts(profile, cluster, options);
     } catch (const PlanError& e) {
       throw CliError(f->model + " on " + f->devices + ": " + e.what());
     }

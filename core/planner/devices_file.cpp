@@ -121,7 +121,8 @@ Cluster parse_cluster(const json& doc, const std::string& source) {
     DeviceProfile dev;
     dev.name = d["name"].get<std::string>();
     where += " ('" + dev.name + "')";
-    check_fields(d, {"name", "memory", "gflops", "layer_seconds", "backend", "address", "description"}, source, where);
+    check_fields(d, {"name", "memory", "gflops", "layer_seconds", "update_seconds_per_param", "host", "host_cores",
+                     "cpu_threads", "backend", "address", "description"}, source, where);
     if (c.index_of(dev.name) >= 0) throw file_error(source, where + ": duplicate device name '" + dev.name + "'");
     if (!d.contains("memory")) throw file_error(source, where + ": missing field 'memory'");
     try {
@@ -144,6 +145,22 @@ Cluster parse_cluster(const json& doc, const std::string& source) {
         secs.push_back(t[j].get<double>());
       }
       dev.layer_seconds_per_sample = std::move(secs);
+    }
+    if (d.contains("host")) {
+      if (!d["host"].is_string()) throw file_error(source, where + ": host: expected a string naming the machine");
+      dev.host = d["host"].get<std::string>();
+      dev.host_cores = get_number(d, "host_cores", source, where, true, 0);
+      dev.cpu_threads = get_number(d, "cpu_threads", source, where, true, 0);
+      if (!(dev.host_cores > 0) || !std::isfinite(dev.host_cores) || !(dev.cpu_threads >= 0) || !std::isfinite(dev.cpu_threads))
+        throw file_error(source, where + ": host_cores must be > 0 and cpu_threads >= 0");
+    } else if (d.contains("host_cores") || d.contains("cpu_threads")) {
+      throw file_error(source, where + ": host_cores and cpu_threads need \"host\" (the machine's name)");
+    }
+    if (d.contains("update_seconds_per_param")) {
+      dev.update_seconds_per_param = get_number(d, "update_seconds_per_param", source, where, true, 0);
+      if (!std::isfinite(dev.update_seconds_per_param) || dev.update_seconds_per_param < 0)
+        throw file_error(source, where + ": update_seconds_per_param: expected a number >= 0, got " +
+                                     d["update_seconds_per_param"].dump());
     }
     c.devices.push_back(std::move(dev));
   }
@@ -209,6 +226,12 @@ json cluster_to_json(const Cluster& c) {
   for (const DeviceProfile& d : c.devices) {
     json j = {{"name", d.name}, {"memory", d.memory_bytes}, {"gflops", d.gflops}};
     if (d.layer_seconds_per_sample) j["layer_seconds"] = *d.layer_seconds_per_sample;
+    if (d.update_seconds_per_param > 0) j["update_seconds_per_param"] = d.update_seconds_per_param;
+    if (!d.host.empty()) {
+      j["host"] = d.host;
+      j["host_cores"] = d.host_cores;
+      j["cpu_threads"] = d.cpu_threads;
+    }
     devices.push_back(std::move(j));
   }
   json links = json::array();

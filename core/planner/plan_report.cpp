@@ -87,6 +87,7 @@ json to_json(const Plan& plan, const ModelProfile& model) {
           {"predicted_batch_seconds", plan.batch_seconds},
           {"predicted_samples_per_second", plan.samples_per_second},
           {"search_runs", plan.search_runs},
+          {"shared_host_slowdown", plan.shared_host_slowdown},
           {"input_bytes_per_sample", model.input_bytes_per_sample},
           {"layers", profile_to_json(model)}};
 }
@@ -134,6 +135,10 @@ std::string format_plan_table(const Plan& plan, const ModelProfile& model) {
       << "; batch time " << format_seconds(plan.batch_seconds) << " (" << schedule_name(o.schedule) << ", "
       << o.microbatches << " micro-batches of " << plan.microbatch_size << ", " << plan.stages.size()
       << " stage" << (plan.stages.size() == 1 ? "" : "s") << "); " << buf << " samples/s\n";
+  if (plan.shared_host_slowdown > 1) {
+    std::snprintf(buf, sizeof buf, "%.2f", plan.shared_host_slowdown);
+    out << "devices sharing a machine's cores: their compute counted " << buf << "x slower for this stage count\n";
+  }
   if (!plan.unused_devices.empty()) {
     out << "unused devices:";
     for (const std::string& d : plan.unused_devices) out << " " << d;

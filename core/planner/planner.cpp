@@ -17,6 +17,8 @@
 #include <bit>
 #include <cmath>
 #include <limits>
+#include <map>
+#include <optional>
 #include <memory>
 
 
@@ -76,11 +78,17 @@ CostModel::CostModel(const ModelProfile& model, const Cluster& cluster, const Pl
   if (model.input_bytes_per_sample < 0) throw PlanError("negative model input size");
 
   prefix_seconds_.assign(d_, std::vector<double>(n_ + 1, 0.0));
+  prefix_update_.assign(d_, std::vector<double>(n_ + 1, 0.0));
   memory_.resize(d_);
   for (int k = 0; k < d_; ++k) {
     const DeviceProfile& dev = cluster.devices[k];
     if (dev.memory_bytes < 0) throw PlanError(device_label(cluster, k) + ": negative memory");
     memory_[k] = dev.memory_bytes;
+    if (!finite_nonneg(dev.update_seconds_per_param))
+      throw PlanError(device_label(cluster, k) + ": update_seconds_per_param must be >= 0");
+    for (int i = 0; i < n_; ++i)
+      prefix_update_[k][i + 1] =
+          prefix_update_[k][i] + static_cast<double>(model.layers[i].param_count) * dev.update_seconds_per_param;
     const bool measured = dev.layer_seconds_per_sample.has_value();
     if (measured) {
       const auto& t = *dev.layer_seconds_per_sample;
@@ -222,6 +230,58 @@ Plan evaluate_plan(const CostModel& cost, const std::vector<int>& devices, const
   out.batch_seconds = (m + p - 1) / m * bottleneck;
   out.samples_per_second = out.batch_seconds > 0 ? static_cast<double>(cost.options().batch) / out.batch_seconds : kInf;
   return out;
+}
+
+Plan plan_shared_hosts(const ModelProfile& model, const Cluster& cluster, const PlanOptions& options) {
+  struct Host {
+    int devices = 0;
+    double threads = 0, cores = 0;
+  };
+  std::map<std::string, Host> hosts;
+  for (const DeviceProfile& d : cluster.devices) {
+    if (d.host.empty() || d.cpu_threads <= 0 || d.host_cores <= 0) continue;
+    Host& h = hosts[d.host];
+    ++h.devices;
+    h.threads += d.cpu_threads;
+    h.cores = std::max(h.cores, d.host_cores);
+  }
+  auto slowdown = [&](const DeviceProfile& d, int p) {
+    auto it = hosts.find(d.host);
+    if (d.host.empty() || d.cpu_threads <= 0 || it == hosts.end()) return 1.0;
+    const Host& h = it->second;
+    return std::max(1.0, std::min(p, h.devices) * (h.threads / h.devices) / h.cores);
+  };
+  const int most = options.max_stages > 0 ? std::min(options.max_stages, cluster.num_devices()) : cluster.num_devices();
+  bool contention = false;
+  for (const DeviceProfile& d : cluster.devices) contention = contention || slowdown(d, most) > 1.0;
+  if (!contention) return plan(model, cluster, options);
+
+  std::optional<Plan> best;
+  std::optional<PlanError> last_error;  // the one with the most stages allowed
+  for (int p = 1; p <= most; ++p) {
+    Cluster scaled = cluster;
+    double worst = 1;
+    for (DeviceProfile& d : scaled.devices) {
+      const double f = slowdown(d, p);
+      worst = std::max(worst, f);
+      d.gflops /= f;
+      d.update_seconds_per_param *= f;
+      if (d.layer_seconds_per_sample)
+        for (double& t : *d.layer_seconds_per_sample) t *= f;
+    }
+    PlanOptions o = options;
+    o.max_stages = p;
+    try {
+      Plan candidate = plan(model, scaled, o);
+      candidate.options.max_stages = options.max_stages;
+      candidate.shared_host_slowdown = worst;
+      if (!best || candidate.batch_seconds < best->batch_seconds) best = std::move(candidate);
+    } catch (const PlanError& e) {
+      last_error = e;
+    }
+  }
+  if (!best) throw *last_error;
+  return *best;
 }
 
 // ---------------------------------------------------------------------------

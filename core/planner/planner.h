@@ -51,9 +51,11 @@ class CostModel {
   int num_devices() const { return d_; }
   int64_t microbatch_size() const { return mb_; }  // ceil(B / M)
 
-  // Forward + backward of layers [begin, end) for B samples on `device`.
+  // Forward + backward of layers [begin, end) for B samples on `device`, plus
+  // one optimizer step over their parameters.
   double compute_seconds(int device, int begin, int end) const {
-    return static_cast<double>(batch_) * (prefix_seconds_[device][end] - prefix_seconds_[device][begin]);
+    return static_cast<double>(batch_) * (prefix_seconds_[device][end] - prefix_seconds_[device][begin]) +
+           (prefix_update_[device][end] - prefix_update_[device][begin]);
   }
   // The cut before layer `cut` (1 <= cut < n) from stage on `from` to the stage
   // on `to`: B samples of activations from -> to plus their gradients to -> from,
@@ -86,6 +88,7 @@ class CostModel {
   int n_, d_;
   int64_t batch_, mb_;
   std::vector<std::vector<double>> prefix_seconds_;  // [device][i]: per-sample seconds of layers [0, i)
+  std::vector<std::vector<double>> prefix_update_;   // [device][i]: optimizer-step seconds of layers [0, i)
   std::vector<int64_t> prefix_fixed_, prefix_stash_;
   std::vector<int64_t> memory_;
   std::vector<double> link_alpha_, link_beta_;  // [from * d + to]: M * latency, seconds per byte (both incl. encoding)
@@ -117,6 +120,9 @@ struct Plan {
   double batch_seconds = 0;           // (M + p - 1) / M * bottleneck
   double samples_per_second = 0;      // B / batch_seconds
   int search_runs = 0;                // exact feasibility passes the search made
+  // plan_shared_hosts(): the largest factor by which co-located devices' compute
+  // was slowed down for this plan's stage count (1: none).
+  double shared_host_slowdown = 1;
 };
 
 // The optimal plan (see the header comment). Throws PlanError when no
@@ -125,6 +131,17 @@ struct Plan {
 // a measured layer-time list of the wrong length, more devices than the exact
 // search handles).
 Plan plan(const ModelProfile& model, const Cluster& cluster, const PlanOptions& options);
+
+// plan() for devices that may share machines (DeviceProfile::host). When the
+// devices of one machine together compute with more threads than it has cores,
+// they slow each other down as soon as more than cores / threads of them hold
+// stages. For each stage count p this plans with at most p stages and each such
+// device's compute (layer times, update time) scaled by
+// max(1, min(p, devices on its machine) * their mean threads / cores), and keeps
+// the fastest plan (fewest stages on ties). Exact when every co-located device
+// is on one machine; conservative when several machines each host several.
+// Without contention it is plan(). Throws what plan() throws.
+Plan plan_shared_hosts(const ModelProfile& model, const Cluster& cluster, const PlanOptions& options);
 
 // Evaluates a given assignment under the cost model (stages filled in, bottleneck
 // marked). `devices[s]` hosts layers [cuts[s], cuts[s + 1]); cuts has p + 1

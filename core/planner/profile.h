@@ -73,6 +73,16 @@ struct DeviceProfile {
   // Optional measured seconds per sample, forward + backward, one per layer;
   // when present it replaces flops / gflops for this device.
   std::optional<std::vector<double>> layer_seconds_per_sample;
+  // Seconds per parameter of one optimizer step (with zero_grad) on this
+  // device: a stage pays it once per batch for every parameter it holds.
+  // 0 when unknown (offline files that do not give it).
+  double update_seconds_per_param = 0;
+  // Devices on one machine share its CPU cores. `host` names the machine (""
+  // = a machine of its own), `host_cores` its cores, `cpu_threads` the cores
+  // this device computes with (0 for a GPU, whose work leaves the cores free).
+  std::string host{};
+  double host_cores = 0;
+  double cpu_threads = 0;
 };
 
 struct LinkProfile {

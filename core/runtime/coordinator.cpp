@@ -238,7 +238,8 @@ Cluster Driver::profile_cluster(const ModelSpec& spec) {
   // other's measurements down.
   for (size_t i = 0; i < devices_.size(); ++i) {
     const Device_& d = devices_[i];
-    Message m = control(ControlCommand::kStart, {{"op", "profile"}, {"model", spec.to_json()}, {"samples", mb_samples}});
+    Message m = control(ControlCommand::kStart, {{"op", "profile"}, {"model", spec.to_json()}, {"samples", mb_samples},
+                                                 {"optimizer", cfg_.optimizer.to_json()}});
     m.request_id = 500 + i;
     send(d.name, m);
     Received r = wait_for_reply(d.name, 500 + i, "the profiling request", Millis(120000));
@@ -251,6 +252,15 @@ Cluster Driver::profile_cluster(const ModelSpec& spec) {
     for (double& v : secs)
       if (v < 0) v = 1e9;  // the layer does not fit this device on its own
     dp.layer_seconds_per_sample = secs;
+    dp.update_seconds_per_param = detail.value("update_seconds_per_param", 0.0);
+    {  // which machine it shares with whom (daemons started on one box slow each other down)
+      auto reg = nlohmann::json::parse(d.reg.details_json.empty() ? "{}" : d.reg.details_json, nullptr, false);
+      if (!reg.is_discarded() && reg.is_object() && reg.contains("host")) {
+        dp.host = reg.value("host", std::string());
+        dp.host_cores = reg.value("cpu_cores", 0.0);
+        dp.cpu_threads = reg.value("cpu_threads", 0.0);
+      }
+    }
     cluster.devices.push_back(dp);
     auto details = nlohmann::json::parse(d.reg.details_json.empty() ? "{}" : d.reg.details_json, nullptr, false);
     if (!details.is_discarded()) caps[i] = details.value("bandwidth_limit_bytes_per_sec", 0.0) * 8 / 1e6;
@@ -359,7 +369,7 @@ nlohmann::json Driver::run() {
     po.batch = cfg_.batch;
     po.encoding = cleave::parse_encoding(opts_.encoding);
     const ModelProfile mp = profile_model(spec, cfg_.optimizer.kind, cfg_.optimizer.momentum);
-    Plan pl = plan(mp, cluster, po);
+    Plan pl = plan_shared_hosts(mp, cluster, po);
     plan_json = to_json(pl, mp);
     profile_json = cluster_to_json(cluster);
     if (cfg_.progress) std::fprintf(stderr, "%s", format_plan_table(pl, mp).c_str());
@@ -437,6 +447,7 @@ nlohmann::json Driver::run() {
     int64_t samples = 0, step = 0;
     double train_seconds = 0;
     std::map<int64_t, int64_t> step_batch;
+    std::vector<Clock::time_point> step_done;  // when each step's loss arrived
     int64_t next_loss_step = 0;
     auto collect = [&](int64_t upto, Clock::time_point t_epoch, int64_t first_step_of_epoch, int64_t epoch_samples) {
       // Waits until the last stage reported every step < upto; records losses in order.
@@ -450,6 +461,7 @@ nlohmann::json Driver::run() {
         if (!std::isfinite(loss))
           fail("training diverged at step " + std::to_string(next_loss_step) + " (loss " + std::to_string(loss) + "): lower --lr");
         losses.push_back(loss);
+        step_done.push_back(Clock::now());
         last_metrics_.erase(it);
         ++next_loss_step;
         bar.update(next_loss_step - first_step_of_epoch, loss, epoch_samples / std::max(1e-9, seconds_since(t_epoch)));
@@ -596,9 +608,21 @@ nlohmann::json Driver::run() {
     if (!plan_json.is_null()) {
       out["planner_plan"] = plan_json;
       out["cluster_profile"] = profile_json;
-      const double measured = step > 0 ? train_seconds / static_cast<double>(step) : 0.0;
+      // The planner predicts the steady state: compare with the median time
+      // between consecutive steps' completions (the first step's set-up and
+      // warm-up excluded); the plain mean over the run is reported beside it.
+      const double mean = step > 0 ? train_seconds / static_cast<double>(step) : 0.0;
+      std::vector<double> gaps;
+      for (size_t i = 1; i < step_done.size(); ++i)
+        gaps.push_back(std::chrono::duration<double>(step_done[i] - step_done[i - 1]).count());
+      double measured = mean;
+      if (gaps.size() >= 2) {
+        std::nth_element(gaps.begin(), gaps.begin() + static_cast<std::ptrdiff_t>(gaps.size() / 2), gaps.end());
+        measured = gaps[gaps.size() / 2];
+      }
       out["prediction"] = {{"batch_seconds", predicted_batch_seconds_},
                            {"measured_batch_seconds", measured},
+                           {"measured_mean_batch_seconds", mean},
                            {"measured_over_predicted", predicted_batch_seconds_ > 0 ? measured / predicted_batch_seconds_ : 0.0}};
     }
     out["stage_busy"] = busy;

@@ -15,6 +15,7 @@
 #include "core/model/model_spec.h"
 #include "core/pipeline/schedule.h"
 #include "core/pipeline/stage.h"
+#include "core/runtime/host_info.h"
 #include "core/runtime/job_channel.h"
 #include "core/runtime/layer_profile.h"
 #include "core/runtime/memory_estimate.h"
@@ -171,6 +172,7 @@ int run_daemon(const DaemonOptions& opts_in, const std::atomic<bool>& stop) {
   ClientEndpoint client(copts);
   JobChannel channel(client, opts.name);
 
+  const int host_cores = usable_cores();
   auto register_message = [&] {
     RegisterMsg r;
     r.device_name = opts.name;
@@ -183,7 +185,12 @@ int run_daemon(const DaemonOptions& opts_in, const std::atomic<bool>& stop) {
     r.software_version = "cleave 0.1.0";
     r.details_json = nlohmann::json{{"device", device->name()},
                                     {"backend", backend_name(device->backend())},
-                                    {"bandwidth_limit_bytes_per_sec", opts.bandwidth_limit}}
+                                    {"bandwidth_limit_bytes_per_sec", opts.bandwidth_limit},
+                                    {"host", host_identity()},
+                                    {"cpu_cores", host_cores},
+                                    {"cpu_threads", device->backend() == Backend::cpu
+                                                        ? (opts.threads > 0 ? std::min(opts.threads, host_cores) : host_cores)
+                                                        : 0}}
                          .dump();
     if (fed) {  // [fed] announce the client's data (size only, never samples)
       nlohmann::json d = nlohmann::json::parse(r.details_json);
@@ -321,7 +328,11 @@ int run_daemon(const DaemonOptions& opts_in, const std::atomic<bool>& stop) {
         try {
           ModelSpec spec = ModelSpec::parse(arg.at("model"), "profiled model");
           auto seconds = profile_layers(*device, spec, arg.value("samples", static_cast<int64_t>(16)));
-          channel.send(ack_message(rid, {{"op", "profile"}, {"layer_seconds_per_sample", seconds}}));
+          nlohmann::json detail = {{"op", "profile"}, {"layer_seconds_per_sample", seconds}};
+          if (arg.contains("optimizer"))
+            detail["update_seconds_per_param"] =
+                profile_update(*device, OptimizerConfig::from_json(arg.at("optimizer")));
+          channel.send(ack_message(rid, detail));
         } catch (const std::exception& e) {
           channel.send(error_message(ErrorCode::kBadMessage, opts.name + " cannot profile the model: " + e.what(), rid));
         }

@@ -44,4 +44,26 @@ std::vector<double> profile_layers(Device& device, const ModelSpec& spec, int64_
   return out;
 }
 
+double profile_update(Device& device, const OptimizerConfig& optimizer, int64_t params, int repetitions) {
+  // Parameters, gradients and up to two state blocks must fit next to each other.
+  const int64_t fit = static_cast<int64_t>(device.memory().free / (4 * sizeof(float)) / 2);
+  const int64_t n = std::max<int64_t>(1024, std::min(params, fit));
+  Tensor p(device, {n}), g(device, {n});
+  device.fill(p, 0.5f);
+  device.fill(g, 0.01f);
+  Optimizer opt(device, optimizer, n);
+  std::vector<double> times;
+  for (int r = 0; r <= repetitions; ++r) {  // r == 0 warms up
+    const auto t0 = std::chrono::steady_clock::now();
+    opt.step(p, g);
+    device.fill(g, 0.0f);  // zero_grad
+    device.synchronize();
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (r > 0) times.push_back(s);
+    device.fill(g, 0.01f);
+  }
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2] / static_cast<double>(n);
+}
+
 }  // namespace cleave

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/model/model_spec.h"
+#include "core/optim/optimizer.h"
 #include "device/device.h"
 
 namespace cleave {
@@ -15,5 +16,10 @@ namespace cleave {
 // each layer alone, median of a few repetitions. A layer that does not fit the
 // device's memory gets -1 (the planner then treats the device as unable to host it).
 std::vector<double> profile_layers(Device& device, const ModelSpec& spec, int64_t samples, int repetitions = 3);
+
+// Seconds per parameter of one step of `optimizer` followed by zero_grad (what
+// a stage does once per batch), timed on `device` over a block of `params`
+// parameters (capped by free memory), median of a few repetitions.
+double profile_update(Device& device, const OptimizerConfig& optimizer, int64_t params = 1 << 20, int repetitions = 5);
 
 }  // namespace cleave

@@ -131,6 +131,32 @@ TEST_CASE("devices file round-trips through the writer", "[planner][devices_file
   CHECK(back.devices[1].layer_seconds_per_sample == c.devices[1].layer_seconds_per_sample);
 }
 
+TEST_CASE("devices file: optimizer update time and shared machines", "[planner][devices_file]") {
+  const json doc = json::parse(R"({"devices": [
+      {"name": "a", "memory": "1G", "gflops": 10, "update_seconds_per_param": 2e-9,
+       "host": "box", "host_cores": 2, "cpu_threads": 1},
+      {"name": "b", "memory": "1G", "gflops": 10}]})");
+  const Cluster c = parse_cluster(doc, "devs.json");
+  CHECK(c.devices[0].update_seconds_per_param == 2e-9);
+  CHECK(c.devices[0].host == "box");
+  CHECK(c.devices[0].host_cores == 2);
+  CHECK(c.devices[0].cpu_threads == 1);
+  CHECK(c.devices[1].host.empty());
+  const json back = cluster_to_json(c);
+  CHECK(back["devices"][0]["host"] == "box");
+  CHECK(back["devices"][0]["update_seconds_per_param"] == 2e-9);
+  CHECK_FALSE(back["devices"][1].contains("host"));
+  CHECK_THROWS_WITH(parse_cluster(json::parse(R"({"devices": [{"name": "a", "memory": "1G", "gflops": 1, "host_cores": 2}]})"),
+                                  "devs.json"),
+                    Catch::Contains("devs.json") && Catch::Contains("need \"host\""));
+  CHECK_THROWS_WITH(parse_cluster(json::parse(R"({"devices": [{"name": "a", "memory": "1G", "gflops": 1, "host": "x", "host_cores": 0, "cpu_threads": 1}]})"),
+                                  "devs.json"),
+                    Catch::Contains("host_cores"));
+  CHECK_THROWS_WITH(parse_cluster(json::parse(R"({"devices": [{"name": "a", "memory": "1G", "gflops": 1, "update_seconds_per_param": -1}]})"),
+                                  "devs.json"),
+                    Catch::Contains("update_seconds_per_param"));
+}
+
 TEST_CASE("a missing devices file is a clear error", "[planner][devices_file]") {
   CHECK_THROWS_WITH(load_cluster("/nonexistent/devs.json"), Catch::StartsWith("/nonexistent/devs.json: cannot open"));
 }

@@ -277,3 +277,54 @@ TEST_CASE("format helpers", "[planner]") {
   CHECK(format_seconds(0.0123) == "12.3 ms");
   CHECK(format_seconds(850e-6) == "850 us");
 }
+
+TEST_CASE("a stage's compute includes one optimizer step over its parameters", "[planner]") {
+  const ModelProfile m = uniform_model(4, 1000);
+  Cluster c = equal_devices(2);
+  PlanOptions o;
+  const CostModel plain(m, c, o);
+  c.devices[1].update_seconds_per_param = 1e-6;
+  const CostModel with_update(m, c, o);
+  CHECK(with_update.compute_seconds(0, 0, 4) == plain.compute_seconds(0, 0, 4));
+  const double params = static_cast<double>(m.layers[1].param_count + m.layers[2].param_count);
+  CHECK(with_update.compute_seconds(1, 1, 3) == Approx(plain.compute_seconds(1, 1, 3) + params * 1e-6));
+  c.devices[1].update_seconds_per_param = -1;
+  CHECK_THROWS_WITH(CostModel(m, c, o), Catch::Contains("update_seconds_per_param"));
+}
+
+TEST_CASE("devices sharing a machine's cores are planned with their contention", "[planner]") {
+  const ModelProfile m = uniform_model(12);
+  Cluster c = equal_devices(3);
+  // Without host information three equal devices take four layers each.
+  REQUIRE(plan_shared_hosts(m, c, PlanOptions{}).stages.size() == 3);
+  // Three one-thread devices on a two-core machine: three stages would each run
+  // 1.5x slower, no faster than two stages at full speed, so two stages win (ties
+  // go to fewer stages) and the prediction is not slowed down.
+  for (auto& d : c.devices) {
+    d.host = "box";
+    d.host_cores = 2;
+    d.cpu_threads = 1;
+  }
+  const Plan two = plan_shared_hosts(m, c, PlanOptions{});
+  CHECK(two.stages.size() == 2);
+  CHECK(two.shared_host_slowdown == 1.0);
+  CHECK(two.bottleneck_seconds == Approx(plan(m, equal_devices(2), PlanOptions{}).bottleneck_seconds));
+  // With four cores nobody waits for a core: as without host information.
+  for (auto& d : c.devices) d.host_cores = 4;
+  CHECK(plan_shared_hosts(m, c, PlanOptions{}).stages.size() == 3);
+  // Two-thread devices on four cores: a third stage is counted 1.5x slower and loses.
+  for (auto& d : c.devices) d.cpu_threads = 2;
+  const Plan contended = plan_shared_hosts(m, c, PlanOptions{});
+  CHECK(contended.stages.size() == 2);
+  // Forced to three stages, the prediction carries the slowdown.
+  PlanOptions three;
+  three.max_stages = 3;
+  for (auto& d : c.devices) d.cpu_threads = 3;  // 3 x 3 threads on 4 cores
+  const Plan slow = plan_shared_hosts(m, c, three);
+  CHECK(slow.shared_host_slowdown >= 1.5);
+  CHECK(to_json(slow, m)["shared_host_slowdown"].get<double>() == slow.shared_host_slowdown);
+  // Devices on different machines do not slow each other down.
+  c.devices[1].host = "other";
+  c.devices[2].host = "third";
+  CHECK(plan_shared_hosts(m, c, PlanOptions{}).stages.size() == 3);
+}
