@@ -22,6 +22,7 @@
 #include "core/planner/plan_report.h"
 #include "core/planner/planner.h"
 #include "core/planner/profile.h"
+#include "core/runtime/peer_pool.h"
 #include "core/runtime/wire.h"
 #include "core/train/evaluate.h"
 #include "core/train/progress.h"
@@ -84,7 +85,8 @@ class Driver {
  private:
   // Receives one message (or times out), checking liveness and interrupts.
   std::optional<Received> receive(Millis timeout);
-  void check_health();
+  // Fails naming the device, its stage and the step when a stage's daemon died.
+  void fail_if_a_stage_died();
   void send(const std::string& peer, const Message& m);
   [[noreturn]] void fail(const std::string& text);
   Received wait_for_reply(const std::string& peer, uint64_t request_id, const char* what, Millis timeout);
@@ -98,6 +100,7 @@ class Driver {
   const TrainConfig& cfg_;
   const ClusterOptions& opts_;
   std::unique_ptr<ServerEndpoint> server_;
+  std::unique_ptr<PeerPool> pool_;              // liveness, heartbeats (while stages are assigned)
   std::vector<Device_> devices_;                // in stage order once assigned
   std::vector<Device_> idle_;                   // registered, left unused by the planner
   double predicted_batch_seconds_ = 0;
@@ -105,10 +108,8 @@ class Driver {
   std::map<int64_t, MetricsMsg> last_metrics_;  // step -> metrics of the last stage
   std::map<std::string, int64_t> progress_;     // device -> last step it finished
   int64_t current_step_ = -1;
-  Clock::time_point last_heartbeat_ = Clock::now();
-  uint64_t heartbeat_seq_ = 0;
+  uint64_t probe_seq_ = 0;
   bool assigned_ = false;
-  std::set<std::string> released_;  // devices whose job ended: they may exit now
   std::map<std::pair<std::string, uint64_t>, Received> replies_;  // (peer, request id) -> reply
 };
 
@@ -119,42 +120,20 @@ void Driver::send(const std::string& peer, const Message& m) {
   if (!s) fail("cannot reach device " + peer + " at step " + std::to_string(current_step_) + ": " + s.failure().message);
 }
 
-void Driver::check_health() {
-  if (opts_.interrupted && opts_.interrupted()) fail("interrupted");
-  if (!assigned_) return;
-  for (const PeerEvent& e : server_->take_peer_events()) {
-    if (e.kind == PeerEvent::Kind::kDisconnected && by_name_.count(e.peer) && !released_.count(e.peer)) {
-      const auto& d = devices_[by_name_[e.peer]];
-      fail("device " + d.name + " (stage " + std::to_string(d.stage) + ") disconnected at step " +
-           std::to_string(current_step_));
-    }
-  }
-  if (Clock::now() - last_heartbeat_ > Millis(300)) {
-    last_heartbeat_ = Clock::now();
-    HeartbeatMsg hb;
-    hb.sequence = ++heartbeat_seq_;
-    Message m;
-    m.body = hb;
-    for (const auto& d : devices_) (void)server_->send(d.name, m);
-  }
+void Driver::fail_if_a_stage_died() {
   for (const auto& d : devices_) {
-    if (released_.count(d.name)) continue;
-    auto since = server_->since_last_seen(d.name);
-    if (since && *since > Millis(opts_.peer_timeout_ms))
-      fail("device " + d.name + " (stage " + std::to_string(d.stage) + ") stopped responding at step " +
-           std::to_string(current_step_) + " (silent for " + std::to_string(since->count() / 1000.0).substr(0, 4) + " s)");
+    const PoolPeer& p = pool_->at(d.name);
+    if (p.dead && !p.released)
+      fail("device " + d.name + " (stage " + std::to_string(d.stage) + ") " + p.dead_reason + " at step " +
+           std::to_string(current_step_));
   }
 }
 
 std::optional<Received> Driver::receive(Millis timeout) {
-  check_health();
-  auto r = server_->receive(timeout);
-  if (!r) {
-    if (r.is(FailureKind::kRejected))
-      log(LogLevel::kWarning, "cleave: rejected a message from " + r.failure().peer + ": " + r.failure().message);
-    return std::nullopt;
-  }
-  Received& got = r.value();
+  auto r = pool_->receive(timeout);
+  fail_if_a_stage_died();
+  if (!r) return std::nullopt;
+  Received& got = *r;
   if (auto* e = std::get_if<ErrorMsg>(&got.message.body)) {
     if (assigned_ || e->code != ErrorCode::kNotAssigned)
       fail("device " + got.peer + " reported an error at step " + std::to_string(current_step_) + ": " + e->message);
@@ -165,7 +144,6 @@ std::optional<Received> Driver::receive(Millis timeout) {
     if (mm->stage == static_cast<int>(devices_.size()) - 1) last_metrics_[mm->step] = *mm;
     return std::nullopt;
   }
-  if (std::holds_alternative<HeartbeatMsg>(got.message.body)) return std::nullopt;
   return std::move(got);
 }
 
@@ -206,7 +184,7 @@ std::pair<double, double> Driver::probe_link(const std::string& peer) {
   auto round_trip = [&](uint64_t bytes) {
     std::vector<double> rtts;
     for (int i = 0; i < 3; ++i) {
-      const uint64_t seq = ++heartbeat_seq_;
+      const uint64_t seq = ++probe_seq_;
       Message m = make_probe_message(seq, bytes, true);
       const auto t0 = Clock::now();
       send(peer, m);
@@ -308,6 +286,7 @@ nlohmann::json Driver::run() {
     so.allow = AllowList::load(opts_.allow_path);
   }
   server_ = std::make_unique<ServerEndpoint>(so);
+  pool_ = std::make_unique<PeerPool>(*server_, "cleave", opts_.peer_timeout_ms, opts_.interrupted);
   if (opts_.on_listening) opts_.on_listening(server_->endpoint());
   if (cfg_.progress)
     std::fprintf(stderr, "cleave: listening on %s, waiting for %d device(s)\n", server_->endpoint().c_str(), opts_.devices);
@@ -328,6 +307,7 @@ nlohmann::json Driver::run() {
       if (by_name_.count(got->peer)) continue;
       by_name_[got->peer] = devices_.size();
       devices_.push_back({got->peer, *r, -1, ""});
+      pool_->add(got->peer, *r, nlohmann::json::object());
       if (cfg_.progress)
         std::fprintf(stderr, "cleave: device %s registered (%s, %.1f GFLOP/s, %.0f MiB free)\n", got->peer.c_str(),
                      r->device_name.c_str(), r->compute_gflops, r->memory_free / 1048576.0);
@@ -402,7 +382,9 @@ nlohmann::json Driver::run() {
   ocfg.validate();
   const nlohmann::json training = {{"schedule", schedule_name(schedule)}, {"microbatches", cfg_.microbatches},
                                    {"batch", cfg_.batch}, {"seed", cfg_.seed}};
+  for (const auto& d : idle_) pool_->release(d.name);  // left unused by the planner: nothing to watch
   assigned_ = true;
+  pool_->set_monitoring(true);
   try {
     // 3. Assign stages; each daemon with a previous stage answers with the
     //    endpoint that stage must dial.
@@ -537,12 +519,13 @@ nlohmann::json Driver::run() {
       m.request_id = 4000 + s;
       send(devices_[s].name, m);
       Received r = wait_for_reply(devices_[s].name, m.request_id, "the finish request", Millis(30000));
-      released_.insert(devices_[s].name);
+      pool_->release(devices_[s].name);
       auto detail = nlohmann::json::parse(std::get<AckMsg>(r.message.body).detail);
       for (const auto& e : detail.value("trace", nlohmann::json::array())) events.push_back(trace_event_from_json(e));
       busy.push_back({{"stage", s}, {"device", devices_[s].name}, {"busy_seconds", detail.value("busy", nlohmann::json::object())}});
     }
     assigned_ = false;
+    pool_->set_monitoring(false);
     // Evaluate only after the daemons are released: this takes seconds in
     // which no daemon has reason to talk to us.
     EvalResult ev = evaluate(whole, test, 256);

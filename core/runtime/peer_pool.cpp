@@ -20,11 +20,15 @@ PoolPeer& PeerPool::add(const std::string& name, const RegisterMsg& reg, nlohman
   return peers_.back();
 }
 
+void PeerPool::release(const std::string& name) {
+  if (auto it = index_.find(name); it != index_.end()) peers_[it->second].released = true;
+}
+
 void PeerPool::mark_dead(const std::string& name, const std::string& why) {
   auto it = index_.find(name);
   if (it == index_.end()) return;
   PoolPeer& p = peers_[it->second];
-  if (p.dead) return;
+  if (p.dead || p.released) return;
   p.dead = true;
   p.dead_reason = why;
   log(LogLevel::kWarning, who_ + ": " + name + " " + why + (context ? context() : std::string()));
@@ -48,7 +52,7 @@ void PeerPool::check_health() {
   // in its own queue.
   if (!inbox_drained_) return;
   for (const auto& p : peers_) {
-    if (p.dead) continue;
+    if (p.dead || p.released) continue;
     auto since = server_.since_last_seen(p.name);
     if (since && *since > Millis(peer_timeout_ms_))
       mark_dead(p.name, "stopped responding (silent for " + std::to_string(since->count() / 1000.0).substr(0, 4) + " s)");
@@ -78,7 +82,7 @@ nlohmann::json PeerPool::message_kinds(const std::string& peer) const {
 
 void PeerPool::send_all(const Message& m) {
   for (const auto& p : peers_)
-    if (!p.dead) (void)server_.send(p.name, m);
+    if (!p.dead && !p.released) (void)server_.send(p.name, m);
 }
 
 }  // namespace cleave

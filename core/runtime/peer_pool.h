@@ -28,6 +28,7 @@ struct PoolPeer {
   nlohmann::json details;  // the register message's details_json
   bool dead = false;
   std::string dead_reason;
+  bool released = false;  // its job ended (or it has none): no heartbeats, no health checks
 };
 
 class PeerPool {
@@ -45,13 +46,15 @@ class PeerPool {
   bool has(const std::string& name) const { return index_.count(name) > 0; }
   PoolPeer& at(const std::string& name) { return peers_.at(index_.at(name)); }
   std::vector<PoolPeer>& peers() { return peers_; }
+  // Stops heartbeats and health checks for `name` (it may exit now).
+  void release(const std::string& name);
   // Logs and records why `name` is dead (first reason wins).
   void mark_dead(const std::string& name, const std::string& why);
   // Health checks and heartbeats run only while monitoring (after set-up begins).
   void set_monitoring(bool on) { monitoring_ = on; }
   // Message kinds each peer sent: {peer: {kind: count}} (rejected messages as "rejected-invalid").
   nlohmann::json message_kinds(const std::string& peer) const;
-  // Sends `m` to every live peer (errors ignored: a dead peer is noticed by the health checks).
+  // Sends `m` to every live, unreleased peer (errors ignored: a dead peer is noticed by the health checks).
   void send_all(const transport::Message& m);
   // Text appended to "peer X disconnected" log lines, e.g. " (round 3)".
   std::function<std::string()> context;
