@@ -113,7 +113,7 @@ void add_demo_command(CLI::App& root) {
       };
       nlohmann::json result = train_pipeline(cfg, cl);
       result["mode"] = "demo";
-      write_json_file(o->json_path, result);
+      write_result_json(o->json_path, result);
       std::printf("cleave demo: test accuracy %.4f, %.1f samples/s over %d stages, %.1f s in all\n",
                   result["test_accuracy"].get<double>(), result["samples_per_sec"].get<double>(), o->devices,
                   result["wall_seconds"].get<double>());

@@ -61,7 +61,7 @@ void add_fed_command(CLI::App& root) {
     install_interrupt_handler();
     o->interrupted = interrupted;
     nlohmann::json result = train_federated(flags->config, *o);
-    write_json_file(flags->json_path, result);
+    write_result_json(flags->json_path, result);
     std::printf("test_accuracy %.4f  rounds %zu  strategy %s  wall %.1f s\n", result["test_accuracy"].get<double>(),
                 result["rounds"].size(), result["strategy"].get<std::string>().c_str(),
                 result["wall_seconds"].get<double>());

@@ -40,7 +40,7 @@ void add_profile_command(CLI::App& root) {
     if (json_path->empty()) {
       std::printf("%s\n", out.dump(2).c_str());
     } else {
-      write_json_file(*json_path, out);
+      write_result_json(*json_path, out);
       std::printf("wrote %s: %zu devices\n", json_path->c_str(), out["devices"].size());
     }
   });

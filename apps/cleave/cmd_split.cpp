@@ -62,7 +62,7 @@ void add_split_command(CLI::App& root) {
     install_interrupt_handler();
     o->interrupted = interrupted;
     nlohmann::json result = train_split(flags->config, *o);
-    write_json_file(flags->json_path, result);
+    write_result_json(flags->json_path, result);
     std::printf("test_accuracy %.4f  epochs %d  clients %zu  labels %s%s  wall %.1f s\n",
                 result["test_accuracy"].get<double>(), flags->config.epochs, result["clients"].get<size_t>(),
                 result["labels"].get<std::string>().c_str(), o->splitfed ? "  splitfed" : "",

@@ -52,7 +52,7 @@ void add_train_command(CLI::App& root) {
       cluster->interrupted = interrupted;
       result = train_pipeline(flags->config, *cluster);
     }
-    write_json_file(flags->json_path, result);
+    write_result_json(flags->json_path, result);
     std::printf("test_accuracy %.4f  samples/s %.1f  wall %.1f s\n", result["test_accuracy"].get<double>(),
                 result["samples_per_sec"].get<double>(), result["wall_seconds"].get<double>());
   });

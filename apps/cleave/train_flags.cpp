@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "apps/cleave/commands.h"
+#include "core/io/json_file.h"
 
 namespace cleave {
 
@@ -59,18 +60,11 @@ void finish_train_flags(TrainFlags& f) {
   }
 }
 
-void write_json_file(const std::string& path, const nlohmann::json& doc) {
-  if (path.empty()) return;
-  const std::string tmp = path + ".tmp." + std::to_string(getpid());
-  {
-    std::ofstream out(tmp);
-    if (!out) throw CliError("cannot write " + path + ": cannot create " + tmp);
-    out << doc.dump(2) << "\n";
-    if (!out) throw CliError("cannot write " + path);
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    throw CliError("cannot write " + path + ": rename failed");
+void write_result_json(const std::string& path, const nlohmann::json& doc) {
+  try {
+    write_json_file(path, doc);
+  } catch (const std::exception& e) {
+    throw CliError(std::string("cannot write the result JSON: ") + e.what());
   }
 }
 

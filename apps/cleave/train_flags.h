@@ -28,7 +28,8 @@ void add_train_flags(CLI::App& cmd, TrainFlags& flags);
 // Applies defaults that depend on other flags (AdamW's weight decay) and
 // validates; throws CliError.
 void finish_train_flags(TrainFlags& flags);
-// Writes `doc` to `path` (pretty JSON) atomically; "" does nothing.
-void write_json_file(const std::string& path, const nlohmann::json& doc);
+// Writes a command's result `doc` to `path` (core/io/json_file.h: pretty,
+// atomic); "" does nothing. Throws CliError naming the file.
+void write_result_json(const std::string& path, const nlohmann::json& doc);
 
 }  // namespace cleave

@@ -17,6 +17,7 @@
 
 #include "device/cpu/openmp_policy.h"
 #include "bench/common/local_daemons.h"
+#include "core/io/json_file.h"
 #include "core/runtime/fed_coordinator.h"
 #include "transport/log.h"
 
@@ -110,12 +111,7 @@ int main(int argc, char** argv) {
       std::fflush(stdout);
     }
     nlohmann::json doc = {{"benchmark", "fed"}, {"model", model}, {"results", results}};
-    if (!json_path.empty()) {
-      FILE* f = std::fopen(json_path.c_str(), "w");
-      if (!f) throw std::runtime_error("cannot write " + json_path);
-      std::fputs((doc.dump(2) + "\n").c_str(), f);
-      std::fclose(f);
-    }
+    write_json_file(json_path, doc);
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_fed: error: %s\n", e.what());

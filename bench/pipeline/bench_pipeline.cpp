@@ -55,6 +55,7 @@
 #include <nlohmann/json.hpp>
 
 #include "device/cpu/openmp_policy.h"
+#include "core/io/json_file.h"
 #include "core/runtime/coordinator.h"
 #include "core/train/local_trainer.h"
 #include "core/train/train_config.h"
@@ -483,9 +484,7 @@ int run(const BenchOptions& o) {
                         {"seconds", total},
                         {"rows", nlohmann::json::array()}};
   for (const Row& r : best) out["rows"].push_back(to_json(r));
-  std::ofstream f(o.json_path);
-  if (!f) throw std::runtime_error("cannot write " + o.json_path);
-  f << out.dump(2) << "\n";
+  cleave::write_json_file(o.json_path, out);
   std::printf("wrote %s\n", o.json_path.c_str());
   return 0;
 }

@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/common/local_daemons.h"
+#include "core/io/json_file.h"
 #include "core/model/model_spec.h"
 #include "core/runtime/split_coordinator.h"
 #include "core/runtime/split_layout.h"
@@ -127,12 +128,7 @@ int main(int argc, char** argv) {
       }
     }
     nlohmann::json doc = {{"benchmark", "split"}, {"model", model}, {"results", results}};
-    if (!json_path.empty()) {
-      FILE* f = std::fopen(json_path.c_str(), "w");
-      if (!f) throw std::runtime_error("cannot write " + json_path);
-      std::fputs((doc.dump(2) + "\n").c_str(), f);
-      std::fclose(f);
-    }
+    write_json_file(json_path, doc);
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_split: error: %s\n", e.what());
