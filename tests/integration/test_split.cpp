@@ -264,6 +264,21 @@ TEST_CASE("split learning fails clearly when the server dies and refuses impossi
     o.cut = 12;
     CHECK_THROWS_WITH(train_split(split_config("models/cnn.json", 1, 100), o), Catch::Contains("--cut 12"));
   }
+  {
+    // A model whose input is not the client's data (6x6 images, Fashion-MNIST is 28x28): the client refuses
+    // its part and the run fails naming it (the daemon logs the refusal and would serve the next job).
+    DaemonCluster cluster(2);
+    SplitOptions o = split_options(cluster, 1);
+    o.on_listening = [&](const std::string& ep) {
+      cluster.start(1, ep);
+      cluster.start(2, ep, {"--dataset", "fashion-mnist", "--limit-train", "100"});
+    };
+    TrainConfig tiny = split_config("models/cnn.json", 1, 100);
+    tiny.model_path = std::string(CLEAVE_SOURCE_DIR) + "/tests/fixtures/tiny_model.json";
+    CHECK_THROWS_WITH(train_split(tiny, o), Catch::Contains("dev2") && Catch::Contains("does not match its data"));
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    CHECK(cluster.log(2).find("refused split client job") != std::string::npos);
+  }
   DaemonCluster cluster(2);
   TrainConfig cfg = split_config("models/cnn.json", 50, 200);
   SplitOptions o = split_options(cluster, 1);
