@@ -242,14 +242,46 @@ Cluster Driver::profile_cluster(const ModelSpec& spec) {
     cluster.devices.push_back(dp);
     auto details = nlohmann::json::parse(d.reg.details_json.empty() ? "{}" : d.reg.details_json, nullptr, false);
     if (!details.is_discarded()) caps[i] = details.value("bandwidth_limit_bytes_per_sec", 0.0) * 8 / 1e6;
-    std::tie(latency[i], mbps[i]) = probe_link(d.name);
-    if (cfg_.progress)
-      std::fprintf(stderr, "cleave: profiled %s: link %.0f Mbit/s, %.2f ms%s\n", d.name.c_str(), mbps[i], latency[i],
-                   caps[i] > 0 ? (", sends at most " + std::to_string(static_cast<int>(caps[i])) + " Mbit/s").c_str() : "");
+    if (cfg_.progress) std::fprintf(stderr, "cleave: profiled %s\n", d.name.c_str());
   }
-  // A link a -> b carries activations out of a and gradients out of b: the
-  // slower sender bounds it. Measured coordinator links stand in for
-  // daemon-to-daemon ones (same network, same encryption).
+  if (!opts_.insecure) {
+    // Every pair of daemons measures the link between them, each direction
+    // through its sender's --bandwidth-limit (link_probe.h).
+    for (size_t a = 0; a < devices_.size(); ++a)
+      for (size_t b = a + 1; b < devices_.size(); ++b) {
+        const Device_& da = devices_[a];
+        const Device_& db = devices_[b];
+        const uint64_t rid = 600 + 3 * (a * devices_.size() + b);
+        Message serve = control(ControlCommand::kStart, {{"op", "probe_serve"}, {"peer", da.name}, {"peer_key", da.reg.public_key}});
+        serve.request_id = rid;
+        send(db.name, serve);
+        const auto ep = nlohmann::json::parse(
+            std::get<AckMsg>(wait_for_reply(db.name, rid, "the link probe set-up", Millis(30000)).message.body).detail);
+        Message probe = control(ControlCommand::kStart, {{"op", "probe_peer"}, {"peer", db.name}, {"peer_key", db.reg.public_key},
+                                                         {"endpoint", ep.at("endpoint")}});
+        probe.request_id = rid + 1;
+        send(da.name, probe);
+        const auto m = nlohmann::json::parse(
+            std::get<AckMsg>(wait_for_reply(da.name, rid + 1, "the link probe", Millis(120000)).message.body).detail);
+        Message stop = control(ControlCommand::kStart, {{"op", "probe_stop"}, {"peer", da.name}});
+        stop.request_id = rid + 2;
+        send(db.name, stop);
+        (void)wait_for_reply(db.name, rid + 2, "the end of the link probe", Millis(30000));
+        const double lat = m.at("latency_ms").get<double>();
+        cluster.set_link(static_cast<int>(a), static_cast<int>(b), {m.at("mbps_out").get<double>(), lat, std::nullopt});
+        cluster.set_link(static_cast<int>(b), static_cast<int>(a), {m.at("mbps_in").get<double>(), lat, std::nullopt});
+        if (cfg_.progress)
+          std::fprintf(stderr, "cleave: link %s -> %s %.0f Mbit/s, %s -> %s %.0f Mbit/s, %.2f ms\n", da.name.c_str(),
+                       db.name.c_str(), m.at("mbps_out").get<double>(), db.name.c_str(), da.name.c_str(),
+                       m.at("mbps_in").get<double>(), lat);
+      }
+    return cluster;
+  }
+  // --insecure daemons cannot run link probes: the coordinator's own links to
+  // them (same network, same encryption) stand in, capped by the declared
+  // --bandwidth-limit of each sender. A link a -> b carries activations out of
+  // a and gradients out of b: the slower sender bounds it.
+  for (size_t i = 0; i < devices_.size(); ++i) std::tie(latency[i], mbps[i]) = probe_link(devices_[i].name);
   for (size_t a = 0; a < devices_.size(); ++a)
     for (size_t b = 0; b < devices_.size(); ++b) {
       if (a == b) continue;

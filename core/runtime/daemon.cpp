@@ -18,6 +18,7 @@
 #include "core/runtime/host_info.h"
 #include "core/runtime/job_channel.h"
 #include "core/runtime/layer_profile.h"
+#include "core/runtime/link_probe.h"
 #include "core/runtime/memory_estimate.h"
 #include "core/runtime/probe.h"
 #include "core/runtime/split_job.h"
@@ -203,6 +204,7 @@ int run_daemon(const DaemonOptions& opts_in, const std::atomic<bool>& stop) {
   };
 
   std::unique_ptr<Job> job;
+  std::map<std::string, std::unique_ptr<ProbeEchoServer>> probe_servers;  // by the peer they answer
   int jobs_done = 0;
   auto last_register = Clock::now() - std::chrono::seconds(10);
   auto drop_job = [&](const std::string& why) {
@@ -335,6 +337,37 @@ int run_daemon(const DaemonOptions& opts_in, const std::atomic<bool>& stop) {
           channel.send(ack_message(rid, detail));
         } catch (const std::exception& e) {
           channel.send(error_message(ErrorCode::kBadMessage, opts.name + " cannot profile the model: " + e.what(), rid));
+        }
+        continue;
+      }
+      if (!job && c->command == ControlCommand::kStart &&
+          (op == "probe_serve" || op == "probe_peer" || op == "probe_stop")) {
+        // Planner input: this daemon's links to the others (link_probe.h), before any assignment.
+        try {
+          if (opts.insecure) throw std::runtime_error("link probes need CURVE keys (the daemon runs --insecure)");
+          const std::string peer = arg.at("peer").get<std::string>();
+          nlohmann::json detail = {{"op", op}, {"peer", peer}};
+          if (op == "probe_serve") {
+            auto server = std::make_unique<ProbeEchoServer>(opts.peer_bind, keys, peer, arg.at("peer_key").get<std::string>(),
+                                                            opts.bandwidth_limit);
+            detail["endpoint"] = server->endpoint();
+            probe_servers[peer] = std::move(server);
+          } else if (op == "probe_peer") {
+            ClientOptions po;
+            po.connect = arg.at("endpoint").get<std::string>();
+            po.keys = keys;
+            po.server_public_key = arg.at("peer_key").get<std::string>();
+            po.label = "cleaved " + opts.name + " link probe -> " + peer;
+            const LinkMeasurement lm = probe_peer_link(po, opts.bandwidth_limit);
+            detail["latency_ms"] = lm.latency_ms;
+            detail["mbps_out"] = lm.mbps_out;
+            detail["mbps_in"] = lm.mbps_in;
+          } else {
+            probe_servers.erase(peer);
+          }
+          channel.send(ack_message(rid, detail));
+        } catch (const std::exception& e) {
+          channel.send(error_message(ErrorCode::kBadMessage, opts.name + " cannot probe the link: " + e.what(), rid));
         }
         continue;
       }
