@@ -65,21 +65,25 @@ def main():
     xte = xte.reshape([-1] + in_shape)
     opt = torch.optim.Adam(model.parameters(), lr=a.lr)
     t0 = time.time()
-    accs = []
+    accs, epoch_losses = [], []
     n = xtr.shape[0]
     for _ in range(a.epochs):
         model.train()
         perm = torch.randperm(n)
+        total = 0.0
         for i in range(0, n, a.batch):
             idx = perm[i:i + a.batch]
             opt.zero_grad()
-            nn.functional.cross_entropy(model(xtr[idx]), ytr[idx]).backward()
+            loss = nn.functional.cross_entropy(model(xtr[idx]), ytr[idx])
+            loss.backward()
             opt.step()
+            total += loss.item() * idx.shape[0]
+        epoch_losses.append(total / n)
         model.eval()
         with torch.no_grad():
             accs.append(float((model(xte).argmax(1) == yte).float().mean()))
     print(json.dumps({"model": a.model, "seed": a.seed, "epochs": a.epochs, "batch": a.batch, "lr": a.lr,
-                      "torch": torch.__version__, "epoch_test_accuracy": accs, "test_accuracy": accs[-1],
+                      "torch": torch.__version__, "epoch_test_accuracy": accs, "epoch_train_loss": epoch_losses, "test_accuracy": accs[-1],
                       "wall_seconds": time.time() - t0}))
 
 

@@ -15,7 +15,7 @@ namespace cleave {
 // layer of `spec`, timed on `device` with micro-batches of `samples` samples:
 // each layer alone, median of a few repetitions. A layer that does not fit the
 // device's memory gets -1 (the planner then treats the device as unable to host it).
-std::vector<double> profile_layers(Device& device, const ModelSpec& spec, int64_t samples, int repetitions = 3);
+std::vector<double> profile_layers(Device& device, const ModelSpec& spec, int64_t samples, int repetitions = 7);
 
 // Seconds per parameter of one step of `optimizer` followed by zero_grad (what
 // a stage does once per batch), timed on `device` over a block of `params`
