@@ -114,9 +114,10 @@ void add_demo_command(CLI::App& root) {
       nlohmann::json result = train_pipeline(cfg, cl);
       result["mode"] = "demo";
       write_result_json(o->json_path, result);
-      std::printf("cleave demo: test accuracy %.4f, %.1f samples/s over %d stages, %.1f s in all\n",
-                  result["test_accuracy"].get<double>(), result["samples_per_sec"].get<double>(), o->devices,
-                  result["wall_seconds"].get<double>());
+      const int stages = static_cast<int>(result["plan"].size());
+      std::printf("cleave demo: test accuracy %.4f, %.1f samples/s over %d stage%s (%d daemon%s), %.1f s in all\n",
+                  result["test_accuracy"].get<double>(), result["samples_per_sec"].get<double>(), stages,
+                  stages == 1 ? "" : "s", o->devices, o->devices == 1 ? "" : "s", result["wall_seconds"].get<double>());
       for (const auto& st : result["plan"])
         std::printf("  stage %d on %s: layers [%d, %d), %lld parameters\n", st["stage"].get<int>(),
                     st["device"].get<std::string>().c_str(), st["layers"][0].get<int>(), st["layers"][1].get<int>(),
