@@ -119,3 +119,38 @@ TEST_CASE("parse_bandwidth", "[transport][link]") {
   CHECK_THROWS_AS(parse_bandwidth("0mbit"), std::invalid_argument);
   CHECK_THROWS_AS(parse_bandwidth("1.2.3mbit"), std::invalid_argument);
 }
+
+TEST_CASE("labels travel as f32 on every link encoding", "[transport][link]") {
+  // Class indices through int8 (scale 9/127) would come back as 0.992, 2.05, ...
+  const std::vector<float> labels = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 3, 7};
+  const KeyPair s0 = generate_keypair(), s1 = generate_keypair();
+  for (Encoding e : {Encoding::kF16, Encoding::kInt8}) {
+    INFO(encoding_name(e));
+    auto [a, b] = make_in_process_link_pair(e);
+    REQUIRE(a->send(TensorMessage::from_vector(TensorKind::kLabels, 1, 0, {12}, labels)).ok());
+    auto got = b->receive(1000ms);
+    REQUIRE(got.ok());
+    CHECK(got->to_vector() == labels);
+    CHECK(a->wire_bytes(*got) == labels.size() * 4);
+    CHECK(b->stats().payload_bytes_received == labels.size() * 4);
+    // Over ZeroMQ + CURVE too.
+    ServerOptions so;
+    so.keys = s1;
+    so.allow.add("s0", s0.public_key);
+    so.label = "s1";
+    ServerEndpoint server(so);
+    ClientOptions co;
+    co.connect = server.endpoint();
+    co.keys = s0;
+    co.server_public_key = s1.public_key;
+    co.label = "s0";
+    auto down = dial_tensor_link(co, e);
+    auto up = serve_tensor_link(server, "s0", e);
+    REQUIRE(down->send(TensorMessage::from_vector(TensorKind::kLabels, 1, 0, {12}, labels)).ok());
+    auto zgot = up->receive(3000ms);
+    REQUIRE(zgot.ok());
+    CHECK(zgot->to_vector() == labels);
+    CHECK(down->stats().payload_bytes_sent == labels.size() * 4);
+    CHECK(up->stats().payload_bytes_received == labels.size() * 4);
+  }
+}
