@@ -55,6 +55,7 @@
 #endif
 
 #include "bench/common/synthetic_training.h"
+#include "core/io/json_file.h"
 #include "device/cpu/openmp_policy.h"
 #include "core/model/model_spec.h"
 #include "core/model/partition.h"
@@ -739,11 +740,10 @@ int main(int argc, char** argv) {
                  {"backends", backends_json}};
   report["machine"]["load_average_end"] = load_average();
   report["wall_seconds"] = since(t_start);
-  std::ofstream f(opt.json_path);
-  f << report.dump(2) << "\n";
-  f.close();
-  if (!f) {
-    std::cerr << "bench_backends: cannot write " << opt.json_path << "\n";
+  try {
+    cleave::write_json_file(opt.json_path, report);
+  } catch (const std::exception& e) {
+    std::cerr << "bench_backends: cannot write the results: " << e.what() << "\n";
     return 1;
   }
   std::printf("wrote %s (%.0f s)\n", opt.json_path.c_str(), since(t_start));

@@ -51,6 +51,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/common/synthetic_training.h"
+#include "core/io/json_file.h"
 #include "device/cpu/openmp_policy.h"
 #include "bench/core/profiling_device.h"
 #include "core/model/model_spec.h"
@@ -748,10 +749,10 @@ int main(int argc, char** argv) {
   if (opt.profile) report["profile"] = profiles;
   report["machine"]["load_average_end"] = load_average();
   report["wall_seconds"] = since(t_start);
-  std::ofstream f(opt.json_path);
-  f << report.dump(2) << "\n";
-  if (!f) {
-    std::cerr << "bench_train_step: cannot write " << opt.json_path << "\n";
+  try {
+    cleave::write_json_file(opt.json_path, report);
+  } catch (const std::exception& e) {
+    std::cerr << "bench_train_step: cannot write the results: " << e.what() << "\n";
     return 1;
   }
   std::printf("wrote %s (%.0f s)\n", opt.json_path.c_str(), since(t_start));

@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/io/json_file.h"
 #include "device/cpu/openmp_policy.h"
 #include "device/device.h"
 
@@ -132,12 +133,12 @@ int main(int argc, char** argv) {
                        {"gb_per_s", op.bytes / per_call / 1e9}});
   }
   nlohmann::json out = {{"benchmark", "device_ops"}, {"device", d.name()}, {"results", results}};
-  std::ofstream file(json_path);
-  if (!file) {
-    std::cerr << "bench_device_ops: cannot write " << json_path << "\n";
+  try {
+    cleave::write_json_file(json_path, out);
+  } catch (const std::exception& e) {
+    std::cerr << "bench_device_ops: cannot write the results: " << e.what() << "\n";
     return 1;
   }
-  file << out.dump(2) << "\n";
   std::printf("wrote %s\n", json_path.c_str());
   return 0;
 }

@@ -13,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/io/json_file.h"
 #include "device/device.h"
 
 namespace {
@@ -116,12 +117,12 @@ int main(int argc, char** argv) {
                        {"gflops", gflops}});
   }
   nlohmann::json out = {{"benchmark", "gemm"}, {"device", dev->name()}, {"results", results}};
-  std::ofstream f(json_path);
-  if (!f) {
-    std::cerr << "bench_gemm: cannot write " << json_path << "\n";
+  try {
+    cleave::write_json_file(json_path, out);
+  } catch (const std::exception& e) {
+    std::cerr << "bench_gemm: cannot write the results: " << e.what() << "\n";
     return 1;
   }
-  f << out.dump(2) << "\n";
   std::printf("wrote %s\n", json_path.c_str());
   return 0;
 }

@@ -24,6 +24,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/io/json_file.h"
 #include "core/planner/planner.h"
 
 using namespace cleave;
@@ -116,7 +117,7 @@ int main(int argc, char** argv) {
   nlohmann::json cells = nlohmann::json::array();
   std::printf("%-7s %-8s %-10s %-10s %-10s %-10s %-8s %-8s %s\n", "layers", "devices", "median ms", "max ms",
               "cpu med", "cpu max", "passes", "stages", "infeasible");
-  bool claim_ok = true;
+  bool claim_ok = true, claim_measured = false;
   for (int n : layer_counts)
     for (int d : device_counts) {
       std::mt19937_64 rng(seed * 1000003 + static_cast<uint64_t>(n) * 101 + static_cast<uint64_t>(d));
@@ -149,7 +150,10 @@ int main(int argc, char** argv) {
       const double med_stages = stages.empty() ? 0 : median(stages);
       std::printf("%-7d %-8d %-10.2f %-10.2f %-10.2f %-10.2f %-8.1f %-8.1f %d/%d\n", n, d, med, mx, med_cpu, max_cpu,
                   med_passes, med_stages, infeasible, instances);
-      if (n == 200 && d == 16 && med >= 100) claim_ok = false;
+      if (n == 200 && d == 16) {
+        claim_measured = true;
+        claim_ok = med < 100;
+      }
       cells.push_back({{"layers", n},
                        {"devices", d},
                        {"instances", instances},
@@ -161,16 +165,14 @@ int main(int argc, char** argv) {
                        {"median_stages", med_stages},
                        {"infeasible", infeasible}});
     }
-  std::printf("claim: 200 layers x 16 devices median < 100 ms: %s\n", claim_ok ? "yes" : "NO");
-  if (!json_path.empty()) {
-    std::ofstream out(json_path);
-    out << nlohmann::json{{"benchmark", "planner"}, {"seed", seed}, {"cells", cells}, {"claim_200x16_under_100ms", claim_ok}}
-               .dump(2)
-        << "\n";
-    if (!out) {
-      std::fprintf(stderr, "bench_planner: cannot write %s\n", json_path.c_str());
-      return 1;
-    }
+  std::printf("claim: 200 layers x 16 devices median < 100 ms: %s\n",
+              !claim_measured ? "not measured (add 200 to --layers and 16 to --devices)" : claim_ok ? "yes" : "NO");
+  try {
+    cleave::write_json_file(json_path, {{"benchmark", "planner"}, {"seed", seed}, {"cells", cells},
+                                        {"claim_200x16_under_100ms", claim_measured ? nlohmann::json(claim_ok) : nlohmann::json(nullptr)}});
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_planner: cannot write the results: %s\n", e.what());
+    return 1;
   }
   return 0;
 }

@@ -21,6 +21,7 @@
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
 
+#include "core/io/json_file.h"
 #include "transport/endpoint.h"
 #include "transport/log.h"
 
@@ -171,8 +172,12 @@ int main(int argc, char** argv) {
   }
   std::printf("MB/s = 1e6 float32 bytes delivered per second (median of %d); wire = payload bytes/message\n", reps);
   if (!json_path.empty()) {
-    std::ofstream out(json_path);
-    out << nlohmann::json{{"benchmark", "bench_transport"}, {"results", results}}.dump(2) << "\n";
+    try {
+      cleave::write_json_file(json_path, {{"benchmark", "bench_transport"}, {"results", results}});
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "bench_transport: cannot write the results: %s\n", e.what());
+      return 1;
+    }
     std::printf("wrote %s\n", json_path.c_str());
   }
   return 0;
