@@ -104,27 +104,15 @@ class SplitClient {
   }
 
   SplitJobEnd serve() {
-    return serve_split_commands(ctx_, [this](const Message& m) { return handle(m); });
+    return serve_split_commands(
+        ctx_, [this] { return nlohmann::json{{"steps", train_steps_}}; },
+        [this](const ControlMsg& c, uint64_t rid) { return handle(c, rid); });
   }
 
  private:
   int64_t test_batches() const { return (test_.size() + eval_batch_ - 1) / eval_batch_; }
 
-  std::optional<SplitJobEnd> handle(const Message& m) {
-    const uint64_t rid = m.request_id;
-    if (std::holds_alternative<AssignMsg>(m.body)) {
-      ctx_.channel.send(error_message(ErrorCode::kUnexpectedKind, ctx_.options.name + " is already running a split job", rid));
-      return std::nullopt;
-    }
-    const auto& c = std::get<ControlMsg>(m.body);
-    if (c.command == ControlCommand::kShutdown) {
-      ctx_.channel.send(ack_message(rid, {{"op", "shutdown"}}));
-      return SplitJobEnd::shutdown;
-    }
-    if (c.command == ControlCommand::kStop) {
-      ctx_.channel.send(ack_message(rid, {{"op", "finish"}, {"steps", train_steps_}}));
-      return SplitJobEnd::finished;
-    }
+  std::optional<SplitJobEnd> handle(const ControlMsg& c, uint64_t rid) {
     try {
       if (c.command == ControlCommand::kCheckpoint) {  // SplitFed: hand the client-side blocks in for averaging
         send_weights(0, *front_, rid);

@@ -29,8 +29,8 @@ void check_split_job_alive(const SplitJobContext& ctx) {
     throw SplitJobAborted("the coordinator has been silent for " + std::to_string(ctx.channel.silence().count()) + " ms");
 }
 
-SplitJobEnd serve_split_commands(const SplitJobContext& ctx,
-                                 const std::function<std::optional<SplitJobEnd>(const Message&)>& handle) {
+SplitJobEnd serve_split_commands(const SplitJobContext& ctx, const std::function<nlohmann::json()>& finish_detail,
+                                 const std::function<std::optional<SplitJobEnd>(const ControlMsg&, uint64_t)>& handle) {
   for (;;) {
     if (ctx.stop) return SplitJobEnd::abandoned;
     ctx.channel.poll(Millis(100));
@@ -39,8 +39,25 @@ SplitJobEnd serve_split_commands(const SplitJobContext& ctx,
                                   std::to_string(ctx.channel.silence().count()) + " ms");
       return SplitJobEnd::abandoned;
     }
-    while (auto m = ctx.channel.pop_command())
-      if (auto end = handle(*m)) return *end;
+    while (auto m = ctx.channel.pop_command()) {
+      const uint64_t rid = m->request_id;
+      if (std::holds_alternative<AssignMsg>(m->body)) {
+        ctx.channel.send(error_message(ErrorCode::kUnexpectedKind, ctx.options.name + " is already running a split job", rid));
+        continue;
+      }
+      const auto& c = std::get<ControlMsg>(m->body);
+      if (c.command == ControlCommand::kShutdown) {
+        ctx.channel.send(ack_message(rid, {{"op", "shutdown"}}));
+        return SplitJobEnd::shutdown;
+      }
+      if (c.command == ControlCommand::kStop) {
+        nlohmann::json detail = finish_detail();
+        detail["op"] = "finish";
+        ctx.channel.send(ack_message(rid, detail));
+        return SplitJobEnd::finished;
+      }
+      if (auto end = handle(c, rid)) return *end;
+    }
   }
 }
 

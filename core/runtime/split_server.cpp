@@ -82,7 +82,9 @@ class SplitServer {
   }
 
   SplitJobEnd serve() {
-    return serve_split_commands(ctx_, [this](const Message& m) { return handle(m); });
+    return serve_split_commands(
+        ctx_, [this] { return nlohmann::json{{"received", received_record()}}; },
+        [this](const ControlMsg& c, uint64_t rid) { return handle(c, rid); });
   }
 
  private:
@@ -92,21 +94,7 @@ class SplitServer {
     int64_t train_steps = 0;  // training batches served (dropout seeds)
   };
 
-  std::optional<SplitJobEnd> handle(const Message& m) {
-    const uint64_t rid = m.request_id;
-    if (std::holds_alternative<AssignMsg>(m.body)) {
-      ctx_.channel.send(error_message(ErrorCode::kUnexpectedKind, ctx_.options.name + " is already running a split job", rid));
-      return std::nullopt;
-    }
-    const auto& c = std::get<ControlMsg>(m.body);
-    if (c.command == ControlCommand::kShutdown) {
-      ctx_.channel.send(ack_message(rid, {{"op", "shutdown"}}));
-      return SplitJobEnd::shutdown;
-    }
-    if (c.command == ControlCommand::kStop) {
-      ctx_.channel.send(ack_message(rid, {{"op", "finish"}, {"received", received_record()}}));
-      return SplitJobEnd::finished;
-    }
+  std::optional<SplitJobEnd> handle(const ControlMsg& c, uint64_t rid) {
     nlohmann::json arg;
     try {
       arg = control_argument(c);
