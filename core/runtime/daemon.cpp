@@ -256,10 +256,11 @@ int run_daemon(const DaemonOptions& opts_in, const std::atomic<bool>& stop) {
                                        "with --dataset and --shard i/N", rid));
             continue;
           }
-          const FedJobEnd end = fed->run(client, *device, *a, rid, opts.name, opts.coordinator_timeout_ms, stop);
+          const FedJobEnd end = fed->run(channel, *device, *a, rid, opts.name, opts.coordinator_timeout_ms, stop);
           if (end == FedJobEnd::shutdown) return 0;
           if (end == FedJobEnd::refused) continue;  // like a refused stage: not a job
           ++jobs_done;
+          channel.clear_mailboxes();
           channel.heard_now();
           last_register = Clock::now() - std::chrono::seconds(10);
           break;

@@ -3,7 +3,6 @@
 
 #include <chrono>
 #include <cmath>
-#include <deque>
 #include <limits>
 #include <memory>
 #include <optional>
@@ -87,9 +86,9 @@ using Clock = std::chrono::steady_clock;
 // One federated job: the model, the received global block and the connection.
 class FedJob {
  public:
-  FedJob(ClientEndpoint& client, Device& device, const Dataset& data, const FedClientOptions& options,
+  FedJob(JobChannel& channel, Device& device, const Dataset& data, const FedClientOptions& options,
          const std::string& name, int timeout_ms, const std::atomic<bool>& stop)
-      : client_(client), device_(device), data_(data), options_(options), name_(name), timeout_ms_(timeout_ms),
+      : channel_(channel), device_(device), data_(data), options_(options), name_(name), timeout_ms_(timeout_ms),
         stop_(stop) {}
 
   // Builds the model; throws with a message for the coordinator when it cannot.
@@ -116,62 +115,24 @@ class FedJob {
   FedJobEnd serve() {
     for (;;) {
       if (auto end = pump(Millis(100))) return *end;
-      while (!queued_.empty()) {
-        Message m = std::move(queued_.front());
-        queued_.pop_front();
-        if (auto end = handle(m)) return *end;
-      }
+      while (auto m = channel_.pop_command())
+        if (auto end = handle(*m)) return *end;
     }
   }
 
  private:
-  // Receives at most one message: answers heartbeats, files weights, queues
-  // commands. Returns how the job ends when it must end now.
+  // Serves the connection for at most `timeout` (heartbeats answered,
+  // weights and commands filed by JobChannel). Returns how the job ends when
+  // it must end now.
   std::optional<FedJobEnd> pump(Millis timeout) {
     if (stop_) return FedJobEnd::abandoned;
-    auto r = client_.receive(timeout);
-    if (!r) {
-      if (r.is(FailureKind::kRejected))
-        log(LogLevel::kWarning, "cleaved " + name_ + ": rejected a message from the coordinator: " + r.failure().message);
-      if (Clock::now() - last_heard_ > Millis(timeout_ms_)) {
-        log(LogLevel::kWarning, "cleaved " + name_ + ": federated job abandoned: the coordinator has been silent for " +
-                                    std::to_string(timeout_ms_) + " ms");
-        return FedJobEnd::abandoned;
-      }
-      return std::nullopt;
-    }
-    last_heard_ = Clock::now();
-    Message& m = r.value();
-    if (auto* hb = std::get_if<HeartbeatMsg>(&m.body)) {
-      Message reply;
-      reply.body = *hb;
-      (void)client_.send(reply);
-    } else if (auto* w = std::get_if<WeightsMsg>(&m.body)) {
-      if (w->num_elements != model_->param_count()) {
-        send(error_message(ErrorCode::kShapeMismatch,
-                           name_ + ": global weights of round " + std::to_string(w->round) + " hold " +
-                               std::to_string(w->num_elements) + " values, the model has " +
-                               std::to_string(model_->param_count()),
-                           m.request_id));
-      } else {
-        global_round_ = w->round;
-        global_values_ = weights_values(m);
-      }
-    } else if (std::holds_alternative<ControlMsg>(m.body) || std::holds_alternative<AssignMsg>(m.body)) {
-      queued_.push_back(std::move(m));
-    } else if (!std::holds_alternative<ProbeMsg>(m.body)) {
-      send(error_message(ErrorCode::kUnexpectedKind,
-                         name_ + " is running a federated job: unexpected '" + body_kind_name(m.body) + "' message",
-                         m.request_id));
+    channel_.poll(timeout);
+    if (channel_.silence() > Millis(timeout_ms_)) {
+      log(LogLevel::kWarning, "cleaved " + name_ + ": federated job abandoned: the coordinator has been silent for " +
+                                  std::to_string(timeout_ms_) + " ms");
+      return FedJobEnd::abandoned;
     }
     return std::nullopt;
-  }
-
-  bool stop_queued() const {
-    for (const auto& m : queued_)
-      if (auto* c = std::get_if<ControlMsg>(&m.body))
-        if (c->command == ControlCommand::kStop || c->command == ControlCommand::kShutdown) return true;
-    return false;
   }
 
   std::optional<FedJobEnd> handle(const Message& m) {
@@ -218,12 +179,18 @@ class FedJob {
     const int64_t batch = arg.value("batch", training_.value("batch", static_cast<int64_t>(64)));
     const float mu = arg.value("mu", 0.0f);
     if (epochs < 1 || batch < 1) throw std::invalid_argument("local_epochs and batch must be positive");
-    if (global_round_ != r)
+    auto global_msg = channel_.take_weights(0);
+    if (!global_msg || std::get<WeightsMsg>(global_msg->body).round != r)
       throw std::runtime_error("no global weights for round " + std::to_string(r) + " arrived before the round started");
+    const std::vector<float> global_values = weights_values(*global_msg);
+    if (static_cast<int64_t>(global_values.size()) != model_->param_count())
+      throw std::runtime_error("global weights of round " + std::to_string(r) + " hold " +
+                               std::to_string(global_values.size()) + " values, the model has " +
+                               std::to_string(model_->param_count()));
     if (data_.size() == 0) throw std::runtime_error("this client's shard holds no training samples");
     const auto t0 = Clock::now();
-    model_->params().from_host(global_values_);
-    global_.from_host(global_values_);
+    model_->params().from_host(global_values);
+    global_.from_host(global_values);
     model_->zero_grad();
     const uint64_t seed = training_.value("seed", static_cast<uint64_t>(1));
     BatchLoader loader(data_, batch, /*shuffle=*/true, derive_seed(seed, static_cast<uint64_t>(r), 0xFED,
@@ -239,7 +206,7 @@ class FedJob {
       for (int64_t b = 0; b < loader.batches_per_epoch(); ++b) {
         // Stay responsive: answer heartbeats, notice a stop.
         if (auto end = pump(Millis(0))) return end;
-        if (stop_queued()) return std::nullopt;  // the round is abandoned; serve() handles the stop
+        if (channel_.stop_queued()) return std::nullopt;  // the round is abandoned; serve() handles the stop
         Batch bt = loader.get(b);
         Tensor x(device_, batched(bt.size, spec_.input));
         x.from_host(bt.x.data());
@@ -291,15 +258,10 @@ class FedJob {
   }
 
  public:
-  void send(const Message& m) {
-    Status s = client_.send(m);
-    if (!s)
-      log(LogLevel::kWarning, "cleaved " + name_ + ": cannot send '" + body_kind_name(m.body) + "' to the coordinator: " +
-                                  s.failure().message);
-  }
+  void send(const Message& m) { channel_.send(m); }
 
  private:
-  ClientEndpoint& client_;
+  JobChannel& channel_;
   Device& device_;
   const Dataset& data_;
   const FedClientOptions& options_;
@@ -311,18 +273,14 @@ class FedJob {
   OptimizerConfig ocfg_;
   std::unique_ptr<Partition> model_;
   Tensor global_;
-  int64_t global_round_ = -1;
-  std::vector<float> global_values_;
-  std::deque<Message> queued_;
   int64_t rounds_done_ = 0;
-  Clock::time_point last_heard_ = Clock::now();
 };
 
 }  // namespace
 
-FedJobEnd FedClient::run(ClientEndpoint& client, Device& device, const AssignMsg& assign, uint64_t assign_request_id,
+FedJobEnd FedClient::run(JobChannel& channel, Device& device, const AssignMsg& assign, uint64_t assign_request_id,
                          const std::string& name, int coordinator_timeout_ms, const std::atomic<bool>& stop) {
-  FedJob job(client, device, data_, options_, name, coordinator_timeout_ms, stop);
+  FedJob job(channel, device, data_, options_, name, coordinator_timeout_ms, stop);
   try {
     job.setup(assign);
   } catch (const std::exception& e) {

@@ -22,6 +22,7 @@
 
 #include "core/data/dataset.h"
 #include "device/device.h"
+#include "core/runtime/job_channel.h"
 #include "transport/endpoint.h"
 #include "transport/message.h"
 
@@ -66,14 +67,14 @@ class FedClient {
   // {"fed_client": true, "samples": n, "shard": "i/N", "partition": ..., "dataset": ...}.
   nlohmann::json register_details() const;
 
-  // Serves one federated job on `client` until the coordinator stops it
+  // Serves one federated job on `channel` (the daemon's connection) until the coordinator stops it
   // (finished), asks the daemon to exit (shutdown), falls silent for
   // `coordinator_timeout_ms` or `stop` is set (abandoned). Acknowledges the
   // assignment (`assign_request_id`) first, or answers `error` Refused when the
   // model does not fit the data or the device (refused: no job ran). Errors
   // within a round are reported to the coordinator as `error` messages; the
   // job goes on with the next round.
-  FedJobEnd run(transport::ClientEndpoint& client, Device& device, const transport::AssignMsg& assign,
+  FedJobEnd run(JobChannel& channel, Device& device, const transport::AssignMsg& assign,
                 uint64_t assign_request_id, const std::string& name, int coordinator_timeout_ms,
                 const std::atomic<bool>& stop);
 
