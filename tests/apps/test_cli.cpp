@@ -352,12 +352,12 @@ TEST_CASE("cleave export writes PyTorch-named safetensors that --init trains fro
   INFO(e.output);
   REQUIRE(e.code == 0);
 
-  // Keys and shapes of torch.nn.Sequential(Conv2d(1,32,3), ReLU, MaxPool2d(2),
-  // Conv2d(32,64,3), ReLU, MaxPool2d(2), Flatten, Linear(1600,128), ReLU, Linear(128,10)).
+  // Keys and shapes of torch.nn.Sequential(Conv2d(1,32,3,padding=1), ReLU, MaxPool2d(2),
+  // Conv2d(32,64,3,padding=1), ReLU, MaxPool2d(2), Flatten, Linear(3136,128), ReLU, Linear(128,10)).
   const std::vector<cleave::NamedTensor> tensors = cleave::read_safetensors(w);
   std::vector<std::pair<std::string, cleave::Shape>> expected = {
       {"0.weight", {32, 1, 3, 3}}, {"0.bias", {32}},        {"3.weight", {64, 32, 3, 3}}, {"3.bias", {64}},
-      {"7.weight", {128, 1600}},   {"7.bias", {128}},       {"9.weight", {10, 128}},      {"9.bias", {10}}};
+      {"7.weight", {128, 3136}},   {"7.bias", {128}},       {"9.weight", {10, 128}},      {"9.bias", {10}}};
   REQUIRE(tensors.size() == expected.size());
   for (const auto& [key, shape] : expected) {
     INFO(key);

@@ -232,16 +232,16 @@ TEST_CASE("U-shaped SplitFed over 2 clients learns, averages their layers and ke
     // After averaging both clients hold the same model: they score the same on their test shards' union.
     CHECK(rd["per_client"].size() == 2);
   }
-  // int8: one byte per value: cut-layer activations of 32x13x13 up, the server's 128 outputs down, and back.
+  // int8: one byte per value: cut-layer activations of 32x14x14 up, the server's 128 outputs down, and back.
   const auto& r0 = r["rounds"][0];
-  CHECK(r0["cut_bytes_up"] == 2000 * (32 * 13 * 13 + 128));
-  CHECK(r0["cut_bytes_down"] == 2000 * (128 + 32 * 13 * 13));
+  CHECK(r0["cut_bytes_up"] == 2000 * (32 * 14 * 14 + 128));
+  CHECK(r0["cut_bytes_down"] == 2000 * (128 + 32 * 14 * 14));
   const auto& cut = r["cut_layer_messages"];
   for (const auto& [client, kinds] : cut.items()) {
     INFO(client);
     // Activations at the front cut; gradients of the server's output at the back cut; no labels, no inputs.
     CHECK(keys_of(kinds) == std::set<std::string>{"activation", "gradient"});
-    CHECK(kinds["activation"]["sample_shapes"] == nlohmann::json::array({{32, 13, 13}}));
+    CHECK(kinds["activation"]["sample_shapes"] == nlohmann::json::array({{32, 14, 14}}));
     CHECK(kinds["gradient"]["sample_shapes"] == nlohmann::json::array({{128}}));
   }
   for (const auto& [client, kinds] : r["messages_from_clients"].items()) {

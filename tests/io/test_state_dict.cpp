@@ -49,7 +49,7 @@ TEST_CASE("state_dict keys and shapes match torch.nn.Sequential", "[io][state_di
     for (const auto& s : slots) got.emplace_back(s.key, s.shape);
     const std::vector<std::pair<std::string, Shape>> torch_keys = {
         {"0.weight", {32, 1, 3, 3}}, {"0.bias", {32}},  {"3.weight", {64, 32, 3, 3}}, {"3.bias", {64}},
-        {"7.weight", {128, 1600}},   {"7.bias", {128}}, {"9.weight", {10, 128}},      {"9.bias", {10}}};
+        {"7.weight", {128, 3136}},   {"7.bias", {128}}, {"9.weight", {10, 128}},      {"9.bias", {10}}};
     CHECK(got == torch_keys);
   }
   SECTION("models/mlp.json") {
@@ -97,7 +97,7 @@ TEST_CASE("state_dict round-trips through safetensors", "[io][state_dict]") {
   const auto& w7 = find(sd, "7.weight");
   const auto off7 = static_cast<size_t>(p.param_offset(7));
   CHECK(w7.data == std::vector<float>(params.begin() + static_cast<std::ptrdiff_t>(off7),
-                                      params.begin() + static_cast<std::ptrdiff_t>(off7 + 128 * 1600)));
+                                      params.begin() + static_cast<std::ptrdiff_t>(off7 + 128 * 3136)));
   ScratchDir dir("sd");
   write_safetensors(dir.file("cnn.safetensors"), sd, {{"format", "pt"}});
   const auto back = read_safetensors(dir.file("cnn.safetensors"));
@@ -135,14 +135,14 @@ TEST_CASE("load_state_dict names every mismatch", "[io][state_dict]") {
   wrong[4].data.resize(128 * 1500);
   CHECK_THROWS_WITH(load_state_dict(spec, wrong),
                     Catch::Contains("size mismatch for 7.weight: the file has shape (128, 1500), the model "
-                                    "expects (128, 1600)"));
+                                    "expects (128, 3136)"));
 
   auto dup = sd;
   dup.push_back(sd[0]);
   CHECK_THROWS_WITH(load_state_dict(spec, dup), Catch::Contains("duplicate keys: 0.weight"));
 
   CHECK_THROWS_WITH(state_dict(spec, std::vector<float>(10)),
-                    Catch::Contains("has 225034 parameters in these layers, the block has 10"));
+                    Catch::Contains("has 421642 parameters in these layers, the block has 10"));
   CHECK_THROWS_WITH(param_slots(spec, 5, 3), Catch::Contains("layer range [5, 3) is empty or outside [0, 10)"));
 }
 

@@ -51,11 +51,11 @@ TEST_CASE("models/mlp.json and models/cnn.json load with the expected shapes", "
   const ModelSpec cnn = ModelSpec::load(kModels + "cnn.json");
   CHECK(cnn.name == "cnn");
   REQUIRE(cnn.num_layers() == 10);
-  CHECK(cnn.shapes[1] == Shape{32, 26, 26});
-  CHECK(cnn.shapes[3] == Shape{32, 13, 13});
-  CHECK(cnn.shapes[4] == Shape{64, 11, 11});
-  CHECK(cnn.shapes[6] == Shape{64, 5, 5});
-  CHECK(cnn.shapes[7] == Shape{1600});
+  CHECK(cnn.shapes[1] == Shape{32, 28, 28});
+  CHECK(cnn.shapes[3] == Shape{32, 14, 14});
+  CHECK(cnn.shapes[4] == Shape{64, 14, 14});
+  CHECK(cnn.shapes[6] == Shape{64, 7, 7});
+  CHECK(cnn.shapes[7] == Shape{3136});
   CHECK(cnn.output() == Shape{10});
 }
 

@@ -72,7 +72,7 @@ std::vector<float> concat(const std::vector<std::vector<float>>& parts) {
 TEST_CASE("partition: shipped models' parameter counts and PyTorch layouts", "[model][partition]") {
   const ModelSpec cnn = ModelSpec::load(std::string(CLEAVE_SOURCE_DIR) + "/models/cnn.json");
   Partition p(cpu(), cnn, 0, cnn.num_layers());
-  CHECK(p.param_count() == 320 + 18496 + 204928 + 1290);
+  CHECK(p.param_count() == 320 + 18496 + (3136 * 128 + 128) + 1290);
   CHECK(p.param_offset(0) == 0);
   CHECK(p.param_offset(3) == 320);
   CHECK(p.param_offset(7) == 320 + 18496);
@@ -82,7 +82,7 @@ TEST_CASE("partition: shipped models' parameter counts and PyTorch layouts", "[m
   CHECK(info[0].shape == Shape{64, 32, 3, 3});
   CHECK(info[1].name == "bias");
   CHECK(info[1].offset == 64 * 32 * 9);
-  CHECK(p.layer(7).param_info()[0].shape == Shape{128, 1600});
+  CHECK(p.layer(7).param_info()[0].shape == Shape{128, 3136});
   CHECK(p.input_shape() == Shape{1, 28, 28});
   CHECK(p.output_shape() == Shape{10});
 

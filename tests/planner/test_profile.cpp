@@ -42,8 +42,8 @@ TEST_CASE("profile of the CNN demo model plans onto two devices", "[planner][pro
     CHECK(l.out_act_bytes > 0);
     params += l.param_count;
   }
-  CHECK(params == (32 * 9 + 32) + (64 * 32 * 9 + 64) + (1600 * 128 + 128) + (128 * 10 + 10));
-  CHECK(prof.layers[0].out_act_bytes == 4 * 32 * 26 * 26);
+  CHECK(params == (32 * 9 + 32) + (64 * 32 * 9 + 64) + (3136 * 128 + 128) + (128 * 10 + 10));
+  CHECK(prof.layers[0].out_act_bytes == 4 * 32 * 28 * 28);
   Cluster c;
   c.devices.push_back({"a", int64_t{1} << 30, 50, std::nullopt});
   c.devices.push_back({"b", int64_t{1} << 30, 50, std::nullopt});
