@@ -30,10 +30,7 @@
 //        [--epochs 1] [--schedule 1f1b|gpipe|both] [--microbatches 4]
 //        [--stages 1,2,3] [--json bench-pipeline.json] [--trace-dir DIR]
 //        [--reps 2] [--cleaved PATH] [--dataset-dir DIR]
-#include <fcntl.h>
-#include <sys/prctl.h>
 #include <sys/resource.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -57,6 +54,7 @@
 #include "device/cpu/openmp_policy.h"
 #include "core/io/json_file.h"
 #include "core/runtime/coordinator.h"
+#include "core/runtime/processes.h"
 #include "core/train/local_trainer.h"
 #include "core/train/train_config.h"
 #include "transport/keys.h"
@@ -123,43 +121,6 @@ double cpu_seconds(int who) {
 
 int64_t batch_of(const std::string& model) { return model == "mlp" ? 128 : 64; }
 
-// fork + exec; the child gets SIGTERM when we die and logs to `log_path`.
-pid_t spawn(const std::vector<std::string>& argv, const std::string& log_path) {
-  std::vector<char*> args;
-  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  const pid_t parent = getpid();
-  const pid_t pid = fork();
-  if (pid < 0) throw std::runtime_error("cannot start " + argv.front() + ": fork failed");
-  if (pid == 0) {
-    prctl(PR_SET_PDEATHSIG, SIGTERM);
-    if (getppid() != parent) _exit(1);
-    const int fd = open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd >= 0) {
-      dup2(fd, 1);
-      dup2(fd, 2);
-      close(fd);
-    }
-    execv(args[0], args.data());
-    _exit(127);
-  }
-  return pid;
-}
-
-// SIGTERM, up to `grace_ms` to exit, then SIGKILL; reaps the child.
-void terminate_child(pid_t pid, int grace_ms = 3000) {
-  int status = 0;
-  if (waitpid(pid, &status, WNOHANG) == pid) return;
-  kill(pid, SIGTERM);
-  const auto t0 = Clock::now();
-  while (Clock::now() - t0 < std::chrono::milliseconds(grace_ms)) {
-    if (waitpid(pid, &status, WNOHANG) == pid) return;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  kill(pid, SIGKILL);
-  waitpid(pid, &status, 0);
-}
-
 // CPU seconds a daemon spends starting up (libraries, backend probe, compute
 // rate measurement) and idling for `idle_ms` while it cannot reach a
 // coordinator: the fixed part of a pipeline run's daemon CPU.
@@ -169,7 +130,7 @@ double daemon_startup_cpu(const std::string& cleaved, int idle_ms) {
   const std::string dir = tmpl;
   cleave::transport::write_keypair(dir, "coordinator", cleave::transport::generate_keypair(), true);
   cleave::transport::write_keypair(dir, "dev1", cleave::transport::generate_keypair(), true);
-  const pid_t pid = spawn({cleaved, "--coordinator", "tcp://127.0.0.1:9", "--key", dir + "/dev1.key",
+  const pid_t pid = cleave::spawn({cleaved, "--coordinator", "tcp://127.0.0.1:9", "--key", dir + "/dev1.key",
                            "--coordinator-key", dir + "/coordinator.pub", "--name", "dev1", "--backend", "cpu",
                            "--threads", "1", "--max-jobs", "1"},
                           dir + "/dev1.log");
@@ -186,7 +147,7 @@ double daemon_startup_cpu(const std::string& cleaved, int idle_ms) {
     // Fields after the command: state is v[0]; utime and stime are v[11], v[12].
     if (v.size() > 12) cpu = (std::stod(v[11]) + std::stod(v[12])) / static_cast<double>(sysconf(_SC_CLK_TCK));
   }
-  terminate_child(pid);
+  cleave::terminate(pid);
   std::error_code ec;
   fs::remove_all(dir, ec);
   return cpu;
@@ -246,7 +207,7 @@ Row run_pipeline(const BenchOptions& o, const std::string& model, int stages, co
   std::vector<pid_t> daemons;
   const double self0 = cpu_seconds(RUSAGE_SELF), children0 = cpu_seconds(RUSAGE_CHILDREN);
   auto cleanup = [&]() {
-    for (pid_t pid : daemons) terminate_child(pid);
+    for (pid_t pid : daemons) cleave::terminate(pid);
     daemons.clear();
     std::error_code ec;
     fs::remove_all(dir, ec);
@@ -277,7 +238,7 @@ Row run_pipeline(const BenchOptions& o, const std::string& model, int stages, co
     cl.on_listening = [&](const std::string& endpoint) {
       for (int i = 1; i <= stages; ++i) {
         const std::string name = "dev" + std::to_string(i);
-        daemons.push_back(spawn({cleaved, "--coordinator", endpoint, "--key", dir + "/" + name + ".key",
+        daemons.push_back(cleave::spawn({cleaved, "--coordinator", endpoint, "--key", dir + "/" + name + ".key",
                                  "--coordinator-key", dir + "/coordinator.pub", "--name", name, "--backend", "cpu",
                                  "--threads", "1", "--max-jobs", "1"},
                                 dir + "/" + name + ".log"));
