@@ -57,6 +57,7 @@
 #include "bench/common/synthetic_training.h"
 #include "core/io/json_file.h"
 #include "device/cpu/openmp_policy.h"
+#include "bench/common/bench_args.h"
 #include "core/model/model_spec.h"
 #include "core/model/partition.h"
 #include "core/nn/loss.h"
@@ -70,26 +71,14 @@
 
 namespace {
 
+namespace bench = cleave::bench;
+
 using cleave::Shape;
 using cleave::Tensor;
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
 double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
-
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-int online_cores() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof set, &set) == 0) return std::max(1, CPU_COUNT(&set));
-  return static_cast<int>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN)));
-}
 
 double load_average() {
   double l[1] = {0};
@@ -105,14 +94,9 @@ std::string fmt(const char* f, double v) {
 // ---------------------------------------------------------------------------------------------
 // options
 
-struct ModelRun {
-  std::string name;  // mlp | cnn
-  int64_t batch = 0;
-};
-
 struct Options {
   std::vector<std::string> backends{"cpu", "opencl", "cuda"};
-  std::vector<ModelRun> models{{"mlp", 128}, {"cnn", 64}};
+  std::vector<bench::ModelRun> models{{"mlp", 128}, {"cnn", 64}};
   double seconds = 2.0;  // timed seconds per (GEMM shape, implementation) and per training run, all reps
   int reps = 5;
   int64_t steps = 0;  // training steps per repetition; 0 = calibrate to `seconds`
@@ -147,41 +131,7 @@ void usage(std::ostream& os) {
   std::exit(2);
 }
 
-std::vector<std::string> split(const std::string& s, char sep) {
-  std::vector<std::string> out;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, sep)) out.push_back(item);
-  return out;
-}
-
-int64_t parse_int(const std::string& flag, const std::string& v, int64_t lo) {
-  size_t used = 0;
-  int64_t x = 0;
-  try {
-    x = std::stoll(v, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used == 0 || used != v.size() || x < lo)
-    bad_args(flag + " expects an integer >= " + std::to_string(lo) + ", got '" + v + "'");
-  return x;
-}
-
-double parse_positive(const std::string& flag, const std::string& v) {
-  size_t used = 0;
-  double x = 0;
-  try {
-    x = std::stod(v, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used == 0 || used != v.size() || !(x > 0) || !std::isfinite(x))
-    bad_args(flag + " expects a positive number, got '" + v + "'");
-  return x;
-}
-
-Options parse_options(int argc, char** argv) {
+Options parse_options_or_throw(int argc, char** argv) {
   Options o;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
@@ -191,36 +141,28 @@ Options parse_options(int argc, char** argv) {
     };
     if (arg == "--backends" || arg == "--backend") {
       o.backends.clear();
-      for (const std::string& b : split(value(), ',')) {
+      for (const std::string& b : bench::split_text(value(), ',')) {
         if (b != "cpu" && b != "opencl" && b != "cuda")
           bad_args(arg + ": unknown backend '" + b + "' (expected cpu, opencl or cuda)");
         if (std::find(o.backends.begin(), o.backends.end(), b) == o.backends.end()) o.backends.push_back(b);
       }
       if (o.backends.empty()) bad_args(arg + " is empty");
     } else if (arg == "--models") {
-      o.models.clear();
-      for (const std::string& m : split(value(), ',')) {
-        const auto parts = split(m, ':');
-        if (parts.empty() || parts.size() > 2 || (parts[0] != "mlp" && parts[0] != "cnn"))
-          bad_args("--models: unknown entry '" + m + "' (expected mlp, cnn, mlp:BATCH or cnn:BATCH)");
-        const int64_t batch = parts.size() == 2 ? parse_int("--models batch", parts[1], 1)
-                                                : (parts[0] == "mlp" ? 128 : 64);
-        o.models.push_back({parts[0], batch});
-      }
+      o.models = bench::parse_model_runs(value());
     } else if (arg == "--seconds") {
-      o.seconds = parse_positive(arg, value());
+      o.seconds = bench::parse_positive_arg(arg, value());
     } else if (arg == "--reps") {
-      o.reps = static_cast<int>(parse_int(arg, value(), 1));
+      o.reps = static_cast<int>(bench::parse_int_arg(arg, value(), 1));
     } else if (arg == "--steps") {
-      o.steps = parse_int(arg, value(), 1);
+      o.steps = bench::parse_int_arg(arg, value(), 1);
     } else if (arg == "--warmup") {
-      o.warmup = static_cast<int>(parse_int(arg, value(), 0));
+      o.warmup = static_cast<int>(bench::parse_int_arg(arg, value(), 0));
     } else if (arg == "--threads") {
-      o.threads = static_cast<int>(parse_int(arg, value(), 1));
+      o.threads = static_cast<int>(bench::parse_int_arg(arg, value(), 1));
     } else if (arg == "--ordinal") {
-      o.ordinal = static_cast<int>(parse_int(arg, value(), 0));
+      o.ordinal = static_cast<int>(bench::parse_int_arg(arg, value(), 0));
     } else if (arg == "--seed") {
-      o.seed = static_cast<uint64_t>(parse_int(arg, value(), 0));
+      o.seed = static_cast<uint64_t>(bench::parse_int_arg(arg, value(), 0));
     } else if (arg == "--models-dir") {
       o.models_dir = value();
     } else if (arg == "--json") {
@@ -233,6 +175,14 @@ Options parse_options(int argc, char** argv) {
     }
   }
   return o;
+}
+
+Options parse_options(int argc, char** argv) {
+  try {
+    return parse_options_or_throw(argc, argv);
+  } catch (const std::invalid_argument& e) {
+    bad_args(e.what());
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -578,7 +528,7 @@ struct TrainResult {
   double loss = 0;
 };
 
-TrainResult measure_training(cleave::Device& dev, const cleave::ModelSpec& spec, const ModelRun& m,
+TrainResult measure_training(cleave::Device& dev, const cleave::ModelSpec& spec, const bench::ModelRun& m,
                              const Options& opt) {
   TrainRun run(dev, spec, m.batch, opt.seed);
   if (opt.warmup > 0) run.time(opt.warmup);
@@ -608,16 +558,16 @@ int main(int argc, char** argv) {
   const auto t_start = Clock::now();
   const double load_start = load_average();
 
-  std::vector<std::pair<ModelRun, cleave::ModelSpec>> models;
+  std::vector<std::pair<bench::ModelRun, cleave::ModelSpec>> models;
   try {
-    for (const ModelRun& m : opt.models)
+    for (const bench::ModelRun& m : opt.models)
       models.emplace_back(m, cleave::ModelSpec::load(opt.models_dir + "/" + m.name + ".json"));
   } catch (const std::exception& e) {
     std::cerr << "bench_backends: " << e.what() << " (use --models-dir)\n";
     return 1;
   }
   if (opt.threads > 0) openblas_set_num_threads(opt.threads);
-  std::printf("bench_backends: %d cores, load average %.2f, %d reps, %.2g s per measurement\n", online_cores(),
+  std::printf("bench_backends: %d cores, load average %.2f, %d reps, %.2g s per measurement\n", bench::online_cores(),
               load_start, opt.reps, opt.seconds);
 
   struct Row {
@@ -657,7 +607,7 @@ int main(int argc, char** argv) {
       json gj = json::array();
       for (const GemmShape& s : kShapes) {
         const GemmResult g = measure_gemm(*dev, *lib, s, opt);
-        const double c = median(g.cleave_gflops), l = median(g.library_gflops);
+        const double c = bench::median(g.cleave_gflops), l = bench::median(g.library_gflops);
         std::printf("  gemm %-18s %-14s cleave %8.1f GFLOP/s  library %8.1f GFLOP/s  ratio %.2f  max rel diff %.1e\n",
                     s.label().c_str(), s.what, c, l, c / l, g.max_rel_diff);
         std::fflush(stdout);
@@ -685,7 +635,7 @@ int main(int argc, char** argv) {
       json tj = json::array();
       for (const auto& [m, spec] : models) {
         const TrainResult t = measure_training(*dev, spec, m, opt);
-        const double med = median(t.samples_per_sec);
+        const double med = bench::median(t.samples_per_sec);
         std::printf("  train %-4s batch %-4lld %10.1f samples/s  %9.2f ms/step  (%lld steps x %d reps, loss %.3f)\n",
                     m.name.c_str(), static_cast<long long>(m.batch), med, 1e3 * static_cast<double>(m.batch) / med,
                     static_cast<long long>(t.steps), opt.reps, t.loss);
@@ -726,7 +676,7 @@ int main(int argc, char** argv) {
               opt.reps, opt.reps);
 
   json report = {{"benchmark", "backends"},
-                 {"machine", {{"cores", online_cores()}, {"load_average_start", load_start}, {"openblas", openblas_get_config()}}},
+                 {"machine", {{"cores", bench::online_cores()}, {"load_average_start", load_start}, {"openblas", openblas_get_config()}}},
                  {"settings",
                   {{"backends", opt.backends},
                    {"seconds", opt.seconds},

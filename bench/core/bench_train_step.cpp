@@ -54,6 +54,7 @@
 #include "core/io/json_file.h"
 #include "device/cpu/openmp_policy.h"
 #include "bench/core/profiling_device.h"
+#include "bench/common/bench_args.h"
 #include "core/model/model_spec.h"
 #include "core/model/partition.h"
 #include "core/nn/layer.h"
@@ -71,26 +72,14 @@
 
 namespace {
 
+namespace bench = cleave::bench;
+
 using cleave::Shape;
 using cleave::Tensor;
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
 double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
-
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-int online_cores() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof set, &set) == 0) return std::max(1, CPU_COUNT(&set));
-  return static_cast<int>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN)));
-}
 
 std::vector<double> load_average() {
   double l[3] = {0, 0, 0};
@@ -101,14 +90,9 @@ std::vector<double> load_average() {
 // ---------------------------------------------------------------------------------------------
 // options
 
-struct ModelRun {
-  std::string name;   // mlp | cnn
-  int64_t batch = 0;
-};
-
 struct Options {
   std::vector<int> threads;
-  std::vector<ModelRun> models{{"mlp", 128}, {"cnn", 64}};
+  std::vector<bench::ModelRun> models{{"mlp", 128}, {"cnn", 64}};
   int64_t steps = 0;  // 0 = calibrate to `seconds`
   int warmup = 3;
   int reps = 5;
@@ -147,40 +131,7 @@ void usage(std::ostream& os) {
   std::exit(2);
 }
 
-std::vector<std::string> split(const std::string& s, char sep) {
-  std::vector<std::string> out;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, sep)) out.push_back(item);
-  return out;
-}
-
-int64_t parse_int(const std::string& flag, const std::string& v, int64_t lo) {
-  size_t used = 0;
-  int64_t x = 0;
-  try {
-    x = std::stoll(v, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used == 0 || used != v.size() || x < lo)
-    bad_args(flag + " expects an integer >= " + std::to_string(lo) + ", got '" + v + "'");
-  return x;
-}
-
-double parse_positive(const std::string& flag, const std::string& v) {
-  size_t used = 0;
-  double x = 0;
-  try {
-    x = std::stod(v, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used == 0 || used != v.size() || !(x > 0)) bad_args(flag + " expects a positive number, got '" + v + "'");
-  return x;
-}
-
-Options parse_options(int argc, char** argv) {
+Options parse_options_or_throw(int argc, char** argv) {
   Options o;
   bool threads_given = false;
   for (int i = 1; i < argc; ++i) {
@@ -190,34 +141,25 @@ Options parse_options(int argc, char** argv) {
       return argv[++i];
     };
     if (arg == "--threads") {
-      o.threads = {static_cast<int>(parse_int(arg, value(), 1))};
+      o.threads = {static_cast<int>(bench::parse_int_arg(arg, value(), 1))};
       threads_given = true;
     } else if (arg == "--threads-list") {
       o.threads.clear();
-      for (const std::string& t : split(value(), ',')) o.threads.push_back(static_cast<int>(parse_int(arg, t, 1)));
+      for (const std::string& t : bench::split_text(value(), ',')) o.threads.push_back(static_cast<int>(bench::parse_int_arg(arg, t, 1)));
       if (o.threads.empty()) bad_args("--threads-list is empty");
       threads_given = true;
     } else if (arg == "--models") {
-      o.models.clear();
-      for (const std::string& m : split(value(), ',')) {
-        const auto parts = split(m, ':');
-        if (parts.empty() || parts.size() > 2 || (parts[0] != "mlp" && parts[0] != "cnn"))
-          bad_args("--models: unknown entry '" + m + "' (expected mlp, cnn, mlp:BATCH or cnn:BATCH)");
-        const int64_t batch = parts.size() == 2 ? parse_int("--models batch", parts[1], 1)
-                                                : (parts[0] == "mlp" ? 128 : 64);
-        o.models.push_back({parts[0], batch});
-      }
-      if (o.models.empty()) bad_args("--models is empty");
+      o.models = bench::parse_model_runs(value());
     } else if (arg == "--steps") {
-      o.steps = parse_int(arg, value(), 1);
+      o.steps = bench::parse_int_arg(arg, value(), 1);
     } else if (arg == "--seconds") {
-      o.seconds = parse_positive(arg, value());
+      o.seconds = bench::parse_positive_arg(arg, value());
     } else if (arg == "--reps") {
-      o.reps = static_cast<int>(parse_int(arg, value(), 1));
+      o.reps = static_cast<int>(bench::parse_int_arg(arg, value(), 1));
     } else if (arg == "--warmup") {
-      o.warmup = static_cast<int>(parse_int(arg, value(), 0));
+      o.warmup = static_cast<int>(bench::parse_int_arg(arg, value(), 0));
     } else if (arg == "--seed") {
-      o.seed = static_cast<uint64_t>(parse_int(arg, value(), 0));
+      o.seed = static_cast<uint64_t>(bench::parse_int_arg(arg, value(), 0));
     } else if (arg == "--profile") {
       o.profile = true;
     } else if (arg == "--no-torch") {
@@ -238,10 +180,18 @@ Options parse_options(int argc, char** argv) {
     }
   }
   if (!threads_given) {
-    const int all = online_cores();
+    const int all = bench::online_cores();
     o.threads = all > 1 ? std::vector<int>{1, all} : std::vector<int>{1};
   }
   return o;
+}
+
+Options parse_options(int argc, char** argv) {
+  try {
+    return parse_options_or_throw(argc, argv);
+  } catch (const std::invalid_argument& e) {
+    bad_args(e.what());
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -303,7 +253,7 @@ FlopCount count_flops(const cleave::ModelSpec& spec, int64_t batch) {
 struct GemmRate {
   GemmShape shape;
   std::vector<double> gflops;  // one per repetition
-  double median_gflops() const { return median(gflops); }
+  double median_gflops() const { return bench::median(gflops); }
 };
 
 GemmRate measure_sgemm(const GemmShape& s, int reps, double seconds) {
@@ -548,7 +498,7 @@ int main(int argc, char** argv) {
   // Models and their FLOP counts.
   std::map<std::string, cleave::ModelSpec> specs;
   try {
-    for (const ModelRun& m : opt.models)
+    for (const bench::ModelRun& m : opt.models)
       if (!specs.count(m.name)) specs[m.name] = cleave::ModelSpec::load(opt.models_dir + "/" + m.name + ".json");
   } catch (const std::exception& e) {
     std::cerr << "bench_train_step: " << e.what() << " (use --models-dir)\n";
@@ -558,7 +508,7 @@ int main(int argc, char** argv) {
   json report;
   const char* env_core = std::getenv("OPENBLAS_CORETYPE");
   const char* env_l2 = std::getenv("OPENBLAS_L2_SIZE");
-  report["machine"] = {{"cores", online_cores()},
+  report["machine"] = {{"cores", bench::online_cores()},
                        {"load_average_start", load_average()},
                        {"openblas_config", openblas_get_config()},
                        {"openblas_core", openblas_get_corename()},
@@ -567,7 +517,7 @@ int main(int argc, char** argv) {
   report["settings"] = {{"threads", opt.threads}, {"reps", opt.reps},     {"warmup", opt.warmup},
                         {"seconds", opt.seconds}, {"steps", opt.steps},   {"seed", opt.seed},
                         {"optimizer", "adam lr 1e-3"}};
-  std::printf("bench_train_step: %d cores, OpenBLAS %s (core %s)%s%s, load average %.2f\n", online_cores(),
+  std::printf("bench_train_step: %d cores, OpenBLAS %s (core %s)%s%s, load average %.2f\n", bench::online_cores(),
               openblas_get_config(), openblas_get_corename(), env_core ? ", OPENBLAS_CORETYPE=" : "",
               env_core ? env_core : "", load_average().empty() ? 0.0 : load_average()[0]);
 
@@ -588,7 +538,7 @@ int main(int argc, char** argv) {
   // The MLP's GEMMs (for the "same GEMMs" sgemm rate) and the big square.
   std::vector<GemmShape> gemm_shapes;
   std::map<std::string, FlopCount> flops;
-  for (const ModelRun& m : opt.models) {
+  for (const bench::ModelRun& m : opt.models) {
     const std::string key = m.name + ":" + std::to_string(m.batch);
     flops[key] = count_flops(specs.at(m.name), m.batch);
     if (!flops[key].all_linear()) continue;  // conv GEMMs depend on im2col; compare MLP-like models only
@@ -628,7 +578,7 @@ int main(int argc, char** argv) {
       sj["square_1024_gflops"] = square_rate;
       sgemm_json.push_back(sj);
 
-      for (const ModelRun& m : opt.models) {
+      for (const bench::ModelRun& m : opt.models) {
         const cleave::ModelSpec& spec = specs.at(m.name);
         const FlopCount& fc = flops.at(m.name + ":" + std::to_string(m.batch));
         cleave::DeviceOptions dopts;
@@ -680,14 +630,14 @@ int main(int argc, char** argv) {
         }
         if (!torch_error.empty())
           std::printf("note: PyTorch failed on %s: %s\n", m.name.c_str(), torch_error.c_str());
-        const double c_med = median(c_rates), t_med = t_rates.empty() ? 0.0 : median(t_rates);
+        const double c_med = bench::median(c_rates), t_med = t_rates.empty() ? 0.0 : bench::median(t_rates);
         const double gflops = c_med / static_cast<double>(m.batch) * fc.required * 1e-9;
         // sgemm alone on exactly the model's GEMMs (interleaved with cleave's repetitions):
         // the fraction is the median over repetitions of (sgemm-only time / cleave step time).
         const bool all_linear = fc.all_linear();
-        const double shapes_rate = median(g_rates);
+        const double shapes_rate = bench::median(g_rates);
         Row row{m.name, threads, m.batch, steps, c_med, t_med, gflops, gflops / square_rate,
-                all_linear ? median(fractions) : 0.0, true};
+                all_linear ? bench::median(fractions) : 0.0, true};
         rows.push_back(row);
         json rj = {{"model", m.name},
                    {"batch", m.batch},
