@@ -1,7 +1,8 @@
 // local_daemons.h: real cleaved daemons on loopback for the benchmarks —
 // CURVE keys for a coordinator and each named daemon in a fresh temporary
 // directory (the daemons' public keys on the allow-list), processes started
-// on demand and stopped, with the directory removed, at the end.
+// on demand and stopped, with the directory removed, at the end — and the
+// coordinator-side settings the federated and split benchmarks share.
 #pragma once
 
 #include <sys/types.h>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "core/runtime/processes.h"
+#include "core/train/train_config.h"
 #include "transport/keys.h"
 
 namespace cleave::bench {
@@ -43,6 +45,24 @@ class LocalDaemons {
   std::string coordinator_key() const { return dir_ + "/coordinator.key"; }
   std::string allow() const { return dir_ + "/allow"; }
 
+  // Points a coordinator's options (fed, split) at these daemons: their keys,
+  // loopback on an ephemeral port, 60 s to register, 30 s of silence allowed.
+  template <class Options>
+  void connect(Options& o) const {
+    o.key_path = coordinator_key();
+    o.allow_path = allow();
+    o.listen = "tcp://127.0.0.1:*";
+    o.register_timeout_ms = 60000;
+    o.peer_timeout_ms = 30000;
+  }
+
+  // cleaved flags of a client holding IID shard `shard` of `shards` of the
+  // first `limit_train` Fashion-MNIST training samples.
+  static std::vector<std::string> data_client_flags(int shard, int shards, int64_t limit_train) {
+    return {"--dataset", "fashion-mnist", "--shard", std::to_string(shard) + "/" + std::to_string(shards),
+            "--limit-train", std::to_string(limit_train)};
+  }
+
   // Starts daemon `name` (1 CPU thread, one job) dialling `endpoint`, with `extra` flags; log in the temp dir.
   void start(const std::string& name, const std::string& endpoint, const std::vector<std::string>& extra = {}) {
     std::vector<std::string> argv = {cleaved_, "--coordinator", endpoint, "--key", dir_ + "/" + name + ".key",
@@ -60,5 +80,19 @@ class LocalDaemons {
   std::string cleaved_, dir_;
   std::vector<pid_t> pids_;
 };
+
+// The coordinator's settings of the fed and split benchmarks: batch 64, seed
+// 1, Adam lr 0.001, the first 1000 test samples, no progress bar.
+inline TrainConfig bench_run_config(const std::string& model_path) {
+  TrainConfig cfg;
+  cfg.model_path = model_path;
+  cfg.batch = 64;
+  cfg.seed = 1;
+  cfg.limit_test = 1000;
+  cfg.optimizer.kind = "adam";
+  cfg.optimizer.lr = 1e-3f;
+  cfg.progress = false;
+  return cfg;
+}
 
 }  // namespace cleave::bench

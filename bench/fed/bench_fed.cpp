@@ -64,29 +64,16 @@ int main(int argc, char** argv) {
       std::vector<std::string> names;
       for (int i = 0; i < n; ++i) names.push_back("client" + std::to_string(i));
       bench::LocalDaemons daemons(names, cleaved);
-      TrainConfig cfg;
-      cfg.model_path = model;
-      cfg.batch = 64;
-      cfg.seed = 1;
-      cfg.limit_test = 1000;
-      cfg.optimizer.kind = "adam";
-      cfg.optimizer.lr = 1e-3f;
+      TrainConfig cfg = bench::bench_run_config(model);
       cfg.threads = 1;
-      cfg.progress = false;
       FedOptions o;
       o.clients = n;
       o.rounds = rounds;
       o.min_clients = n;
-      o.key_path = daemons.coordinator_key();
-      o.allow_path = daemons.allow();
-      o.listen = "tcp://127.0.0.1:*";
-      o.register_timeout_ms = 60000;
-      o.peer_timeout_ms = 30000;
+      daemons.connect(o);
       o.on_listening = [&](const std::string& ep) {
         for (int i = 0; i < n; ++i)
-          daemons.start(names[static_cast<size_t>(i)], ep,
-                        {"--dataset", "fashion-mnist", "--shard", std::to_string(i) + "/" + std::to_string(n),
-                         "--limit-train", std::to_string(per_client * n)});
+          daemons.start(names[static_cast<size_t>(i)], ep, bench::LocalDaemons::data_client_flags(i, n, per_client * n));
       };
       const nlohmann::json r = train_federated(cfg, o);
       daemons.stop();

@@ -71,30 +71,17 @@ int main(int argc, char** argv) {
         std::vector<std::string> names = {"server"};
         for (int i = 0; i < clients; ++i) names.push_back("client" + std::to_string(i));
         bench::LocalDaemons daemons(names, cleaved);
-        TrainConfig cfg;
-        cfg.model_path = model;
-        cfg.epochs = 1;
-        cfg.batch = 64;
-        cfg.seed = 1;
-        cfg.limit_test = 1000;
-        cfg.optimizer.kind = "adam";
-        cfg.optimizer.lr = 1e-3f;
-        cfg.progress = false;
+        const TrainConfig cfg = bench::bench_run_config(model);  // one epoch
         SplitOptions o;
         o.clients = clients;
         o.labels = labels;
         o.encoding = enc;
-        o.key_path = daemons.coordinator_key();
-        o.allow_path = daemons.allow();
-        o.listen = "tcp://127.0.0.1:*";
-        o.register_timeout_ms = 60000;
-        o.peer_timeout_ms = 30000;
+        daemons.connect(o);
         o.on_listening = [&](const std::string& ep) {
           daemons.start("server", ep);
           for (int i = 0; i < clients; ++i)
             daemons.start(names[static_cast<size_t>(i + 1)], ep,
-                          {"--dataset", "fashion-mnist", "--shard", std::to_string(i) + "/" + std::to_string(clients),
-                           "--limit-train", std::to_string(per_client * clients)});
+                          bench::LocalDaemons::data_client_flags(i, clients, per_client * clients));
         };
         const nlohmann::json r = train_split(cfg, o);
         daemons.stop();

@@ -50,16 +50,22 @@ class DaemonCluster {
   std::string coordinator_key() const { return dir_ + "/coordinator.key"; }
   std::string allow() const { return dir_ + "/allow"; }
 
-  // Coordinator options for `devices` of this cluster's daemons on loopback
-  // (CURVE keys of this cluster, 30 s to register).
+  // Points any coordinator's options (pipeline, fed, split) at this cluster:
+  // its CURVE keys, loopback on an ephemeral port, 30 s to register.
+  template <class Options>
+  void connect(Options& o) const {
+    o.key_path = coordinator_key();
+    o.allow_path = allow();
+    o.listen = "tcp://127.0.0.1:*";
+    o.register_timeout_ms = 30000;
+  }
+
+  // Pipeline coordinator options for `devices` of this cluster's daemons.
   ClusterOptions options(int devices, const std::string& planner = "balance") const {
     ClusterOptions cl;
     cl.devices = devices;
-    cl.key_path = coordinator_key();
-    cl.allow_path = allow();
-    cl.listen = "tcp://127.0.0.1:*";
     cl.planner = planner;
-    cl.register_timeout_ms = 30000;
+    connect(cl);
     return cl;
   }
 

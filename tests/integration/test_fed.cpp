@@ -46,10 +46,7 @@ TrainConfig fed_config(const std::string& model, int64_t limit_test) {
 FedOptions fed_options(const DaemonCluster& cluster, int clients) {
   FedOptions o;
   o.clients = clients;
-  o.key_path = cluster.coordinator_key();
-  o.allow_path = cluster.allow();
-  o.listen = "tcp://127.0.0.1:*";
-  o.register_timeout_ms = 30000;
+  cluster.connect(o);
   o.round_timeout_s = 60;
   return o;
 }

@@ -46,10 +46,7 @@ TrainConfig split_config(const std::string& model, int epochs, int64_t limit_tes
 SplitOptions split_options(const DaemonCluster& cluster, int clients) {
   SplitOptions o;
   o.clients = clients;
-  o.key_path = cluster.coordinator_key();
-  o.allow_path = cluster.allow();
-  o.listen = "tcp://127.0.0.1:*";
-  o.register_timeout_ms = 30000;
+  cluster.connect(o);
   o.epoch_timeout_s = 300;
   return o;
 }
