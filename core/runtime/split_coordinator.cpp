@@ -62,9 +62,13 @@ class SplitDriver {
     Status s = server_->send(peer, m);
     if (!s) fail("cannot reach " + peer + ": " + s.failure().message);
   }
+  // Serves the participants' messages until `done()`, handing each to
+  // `on_message`. Fails on an error, a dead participant or the deadline (the
+  // message names what `waiting_for()` says is still missing).
+  void await(const std::function<bool()>& done, const std::function<std::string()>& waiting_for,
+             Clock::time_point deadline, const std::function<void(const Received&)>& on_message);
   // Waits until every peer in `want` acknowledged `op`; hands other messages
-  // (metrics, weights) to `on_message`. Fails on an error, a dead participant
-  // or the deadline. Returns the acks' details by peer.
+  // (metrics, weights) to `on_message`. Returns the acks' details by peer.
   std::map<std::string, nlohmann::json> await_acks(const std::set<std::string>& want, const std::string& op,
                                                    Clock::time_point deadline,
                                                    const std::function<void(const Received&)>& on_message);
@@ -85,29 +89,40 @@ std::map<std::string, nlohmann::json> SplitDriver::await_acks(const std::set<std
                                                               Clock::time_point deadline,
                                                               const std::function<void(const Received&)>& on_message) {
   std::map<std::string, nlohmann::json> got;
-  while (got.size() < want.size()) {
+  await([&] { return got.size() == want.size(); },
+        [&] {
+          std::string missing;
+          for (const auto& w : want)
+            if (!got.count(w)) missing += (missing.empty() ? "" : ", ") + w;
+          return missing;
+        },
+        deadline,
+        [&](const Received& r) {
+          if (auto* a = std::get_if<AckMsg>(&r.message.body)) {
+            auto detail = nlohmann::json::parse(a->detail.empty() ? "{}" : a->detail, nullptr, false);
+            if (!detail.is_discarded() && detail.is_object() && detail.value("op", std::string()) == op &&
+                want.count(r.peer))
+              got[r.peer] = detail;
+          } else if (on_message) {
+            on_message(r);
+          }
+        });
+  return got;
+}
+
+void SplitDriver::await(const std::function<bool()>& done, const std::function<std::string()>& waiting_for,
+                        Clock::time_point deadline, const std::function<void(const Received&)>& on_message) {
+  while (!done()) {
     for (const auto& name : participants_)
       if (pool_->at(name).dead) fail(name + " " + pool_->at(name).dead_reason + " during " + phase_);
-    if (Clock::now() > deadline) {
-      std::string missing;
-      for (const auto& w : want)
-        if (!got.count(w)) missing += (missing.empty() ? "" : ", ") + w;
-      fail(phase_ + " did not finish in time: still waiting for " + missing + " (--epoch-timeout " +
+    if (Clock::now() > deadline)
+      fail(phase_ + " did not finish in time: still waiting for " + waiting_for() + " (--epoch-timeout " +
            std::to_string(static_cast<int>(opts_.epoch_timeout_s)) + " s)");
-    }
     auto r = pool_->receive(Millis(50));
     if (!r || !participants_.count(r->peer)) continue;
-    const Message& m = r->message;
-    if (auto* e = std::get_if<ErrorMsg>(&m.body)) fail(r->peer + " failed during " + phase_ + ": " + e->message);
-    if (auto* a = std::get_if<AckMsg>(&m.body)) {
-      auto detail = nlohmann::json::parse(a->detail.empty() ? "{}" : a->detail, nullptr, false);
-      if (!detail.is_discarded() && detail.is_object() && detail.value("op", std::string()) == op && want.count(r->peer))
-        got[r->peer] = detail;
-      continue;
-    }
-    if (on_message) on_message(*r);
+    if (auto* e = std::get_if<ErrorMsg>(&r->message.body)) fail(r->peer + " failed during " + phase_ + ": " + e->message);
+    on_message(*r);
   }
-  return got;
 }
 
 void SplitDriver::register_daemons() {
@@ -337,20 +352,16 @@ nlohmann::json SplitDriver::run() {
         std::map<int, std::vector<ClientUpdate>> blocks;
         Message ck = control(ControlCommand::kCheckpoint, {{"op", "split_weights"}});
         for (const auto& c : clients_) send(c, ck);
-        const int want_blocks = layout.has_tail() ? 2 : 1;
-        while (true) {
-          size_t have = 0;
-          for (const auto& [stage, list] : blocks) have += list.size();
-          if (have == clients_.size() * static_cast<size_t>(want_blocks)) break;
-          for (const auto& name : participants_)
-            if (pool_->at(name).dead) fail(name + " " + pool_->at(name).dead_reason + " during " + phase_);
-          if (Clock::now() > deadline) fail(phase_ + " did not finish in time");
-          auto r = pool_->receive(Millis(50));
-          if (!r || !client_set.count(r->peer)) continue;
-          if (auto* er = std::get_if<ErrorMsg>(&r->message.body)) fail(r->peer + " failed during " + phase_ + ": " + er->message);
-          if (auto* w = std::get_if<WeightsMsg>(&r->message.body))
-            blocks[w->stage].push_back({r->peer, weights_values(r->message), w->sample_count});
-        }
+        const size_t want_blocks = clients_.size() * (layout.has_tail() ? 2 : 1);
+        size_t have = 0;
+        await([&] { return have == want_blocks; },
+              [&] { return std::to_string(want_blocks - have) + " client block(s)"; }, deadline,
+              [&](const Received& r) {
+                auto* w = std::get_if<WeightsMsg>(&r.message.body);
+                if (!w || !client_set.count(r.peer)) return;
+                blocks[w->stage].push_back({r.peer, weights_values(r.message), w->sample_count});
+                ++have;
+              });
         for (auto& [stage, list] : blocks) {
           const size_t size = list.front().params.size();
           for (const auto& u : list)
@@ -366,9 +377,7 @@ nlohmann::json SplitDriver::run() {
           for (const auto& c : clients_) send(c, make_weights_message(w, values->data(), values->size(), values));
         }
         for (const auto& c : clients_) send(c, control(ControlCommand::kStart, {{"op", "split_weights"}, {"round", e}}));
-        auto wacks = await_acks(client_set, "split_weights_done", deadline, nullptr);
-        int64_t u = 0, d = 0;
-        link_bytes(wacks, u, d);  // no cut-layer traffic here; keeps the counters in step
+        (void)await_acks(client_set, "split_weights_done", deadline, nullptr);
         const EndpointStats after = server_->stats();
         weights_bytes = static_cast<int64_t>(after.bytes_sent - before.bytes_sent + after.bytes_received - before.bytes_received);
       }
