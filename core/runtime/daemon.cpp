@@ -173,7 +173,19 @@ int run_daemon(const DaemonOptions& opts_in, const std::atomic<bool>& stop) {
   ClientEndpoint client(copts);
   JobChannel channel(client, opts.name);
 
+  // What this daemon tells the coordinator besides its memory: fixed for its
+  // life, so worked out once (the machine's identity reads /etc/machine-id).
   const int host_cores = usable_cores();
+  nlohmann::json details = {{"device", device->name()},
+                            {"backend", backend_name(device->backend())},
+                            {"bandwidth_limit_bytes_per_sec", opts.bandwidth_limit},
+                            {"host", host_identity()},
+                            {"cpu_cores", host_cores},
+                            {"cpu_threads", device->backend() == Backend::cpu
+                                                ? (opts.threads > 0 ? std::min(opts.threads, host_cores) : host_cores)
+                                                : 0}};
+  if (fed) details.update(fed->register_details());  // [fed] the client's data (size only, never samples)
+  const std::string details_json = details.dump();
   auto register_message = [&] {
     RegisterMsg r;
     r.device_name = opts.name;
@@ -184,20 +196,7 @@ int run_daemon(const DaemonOptions& opts_in, const std::atomic<bool>& stop) {
     r.compute_gflops = gflops;
     r.public_key = keys.public_key;
     r.software_version = "cleave 0.1.0";
-    r.details_json = nlohmann::json{{"device", device->name()},
-                                    {"backend", backend_name(device->backend())},
-                                    {"bandwidth_limit_bytes_per_sec", opts.bandwidth_limit},
-                                    {"host", host_identity()},
-                                    {"cpu_cores", host_cores},
-                                    {"cpu_threads", device->backend() == Backend::cpu
-                                                        ? (opts.threads > 0 ? std::min(opts.threads, host_cores) : host_cores)
-                                                        : 0}}
-                         .dump();
-    if (fed) {  // [fed] announce the client's data (size only, never samples)
-      nlohmann::json d = nlohmann::json::parse(r.details_json);
-      d.update(fed->register_details());
-      r.details_json = d.dump();
-    }
+    r.details_json = details_json;
     Message m;
     m.body = r;
     return m;
