@@ -4,9 +4,9 @@
 #include <memory>
 
 #include "apps/cleave/commands.h"
+#include "apps/cleave/coordinator_flags.h"
 #include "apps/cleave/train_flags.h"
 #include "core/runtime/fed_coordinator.h"
-#include "core/runtime/processes.h"
 
 namespace cleave {
 
@@ -33,14 +33,10 @@ void add_fed_command(CLI::App& root) {
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--trim", o->trim_fraction, "trimmed-mean: share cut from each end per coordinate")
       ->capture_default_str()->check(CLI::Range(0.0, 0.49));
-  cmd->add_option("--key", o->key_path, "The coordinator's secret key (from `cleave keygen`)");
-  cmd->add_option("--allow", o->allow_path, "Directory of admitted client .pub files (or one key file)");
-  cmd->add_option("--listen", o->listen, "Where clients dial in")->capture_default_str();
-  cmd->add_option("--register-timeout", o->register_timeout_ms, "ms to wait for the clients")->capture_default_str();
+  add_coordinator_flags(*cmd, *o, "client");
   cmd->add_option("--peer-timeout", o->peer_timeout_ms, "A client silent this many ms is dropped")
       ->capture_default_str();
   cmd->add_flag("--shutdown-clients", o->shutdown_clients, "Tell the clients to exit at the end");
-  cmd->add_flag("--insecure", o->insecure, "Plain TCP without CURVE (logs a warning)");
   cmd->callback([cmd, flags, o, mu]() {
     // Flags of `cleave train` that mean nothing here: the clients own the training data.
     for (const char* name : {"--epochs", "--limit-train", "--max-steps", "--microbatches"})
@@ -50,16 +46,12 @@ void add_fed_command(CLI::App& root) {
     finish_train_flags(*flags);
     if (mu->count() > 0 && o->strategy != "fedprox")
       throw CliError("--mu applies to --strategy fedprox only");
-    if (!o->insecure && (o->key_path.empty() || o->allow_path.empty()))
-      throw CliError("cleave fed needs --key and --allow (or --insecure)");
     try {
       o->validate();
     } catch (const std::exception& e) {
       throw CliError(e.what());
     }
-    if (o->insecure) std::fprintf(stderr, "cleave: WARNING: --insecure: links are not encrypted or authenticated\n");
-    install_interrupt_handler();
-    o->interrupted = interrupted;
+    prepare_coordinator(*o, "cleave fed");
     nlohmann::json result = train_federated(flags->config, *o);
     write_result_json(flags->json_path, result);
     std::printf("test_accuracy %.4f  rounds %zu  strategy %s  wall %.1f s\n", result["test_accuracy"].get<double>(),

@@ -5,8 +5,8 @@
 #include <memory>
 
 #include "apps/cleave/commands.h"
+#include "apps/cleave/coordinator_flags.h"
 #include "apps/cleave/train_flags.h"
-#include "core/runtime/processes.h"
 #include "core/runtime/split_coordinator.h"
 
 namespace cleave {
@@ -33,17 +33,12 @@ void add_split_command(CLI::App& root) {
   cmd->add_option("--server", o->server, "Name of the server daemon (default: the first daemon without data)");
   cmd->add_option("--eval-batch", o->eval_batch, "Test samples per evaluation batch")->capture_default_str()
       ->check(CLI::PositiveNumber);
-  cmd->add_option("--key", o->key_path, "The coordinator's secret key (from `cleave keygen`)");
-  cmd->add_option("--allow", o->allow_path, "Directory of admitted daemon .pub files (or one key file)");
-  cmd->add_option("--listen", o->listen, "Where the daemons dial in")->capture_default_str();
-  cmd->add_option("--register-timeout", o->register_timeout_ms, "ms to wait for the clients and the server")
-      ->capture_default_str();
+  add_coordinator_flags(*cmd, *o, "daemon");
   cmd->add_option("--peer-timeout", o->peer_timeout_ms, "A daemon silent this many ms fails the run")
       ->capture_default_str();
   cmd->add_option("--epoch-timeout", o->epoch_timeout_s, "Seconds an epoch (training + evaluation) may take")
       ->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_flag("--shutdown-daemons", o->shutdown_daemons, "Tell the daemons to exit at the end");
-  cmd->add_flag("--insecure", o->insecure, "Plain TCP without CURVE (logs a warning)");
   cmd->callback([cmd, flags, o]() {
     // Flags of `cleave train` that mean nothing here: the clients own the data.
     for (const char* name : {"--limit-train", "--max-steps", "--microbatches", "--dataset", "--dataset-dir"})
@@ -51,16 +46,12 @@ void add_split_command(CLI::App& root) {
         throw CliError(std::string(name) + " does not apply to cleave split: the clients own the data; give it "
                        "to them with cleaved --dataset/--dataset-dir/--shard/--limit-train");
     finish_train_flags(*flags);
-    if (!o->insecure && (o->key_path.empty() || o->allow_path.empty()))
-      throw CliError("cleave split needs --key and --allow (or --insecure)");
     try {
       o->validate();
     } catch (const std::exception& e) {
       throw CliError(e.what());
     }
-    if (o->insecure) std::fprintf(stderr, "cleave: WARNING: --insecure: links are not encrypted or authenticated\n");
-    install_interrupt_handler();
-    o->interrupted = interrupted;
+    prepare_coordinator(*o, "cleave split");
     nlohmann::json result = train_split(flags->config, *o);
     write_result_json(flags->json_path, result);
     std::printf("test_accuracy %.4f  epochs %d  clients %zu  labels %s%s  wall %.1f s\n",

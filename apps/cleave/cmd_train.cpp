@@ -4,7 +4,7 @@
 #include <memory>
 
 #include "apps/cleave/commands.h"
-#include "core/runtime/processes.h"
+#include "apps/cleave/coordinator_flags.h"
 #include "apps/cleave/train_flags.h"
 #include "core/runtime/coordinator.h"
 #include "core/train/local_trainer.h"
@@ -23,33 +23,24 @@ void add_train_command(CLI::App& root) {
   cmd->add_option("--init", flags->config.init_path, "Start from weights in a safetensors file (PyTorch layout)");
   auto cluster = std::make_shared<ClusterOptions>();
   cmd->add_option("--devices", cluster->devices, "Pipeline: number of cleaved daemons to wait for")->capture_default_str();
-  cmd->add_option("--key", cluster->key_path, "Pipeline: the coordinator's secret key (from `cleave keygen`)");
-  cmd->add_option("--allow", cluster->allow_path, "Pipeline: directory of admitted device .pub files (or one key file)");
-  cmd->add_option("--listen", cluster->listen, "Pipeline: where daemons dial in")->capture_default_str();
+  add_coordinator_flags(*cmd, *cluster, "device", "Pipeline: ");
   cmd->add_option("--schedule", cluster->schedule, "Pipeline: gpipe | 1f1b")->capture_default_str()
       ->check(CLI::IsMember({"gpipe", "1f1b"}));
   cmd->add_option("--encoding", cluster->encoding, "Pipeline: activations/gradients on peer links: f32 | f16 | int8")
       ->capture_default_str()->check(CLI::IsMember({"f32", "f16", "int8"}));
   cmd->add_option("--trace", cluster->trace_path, "Pipeline: write a Chrome trace (Perfetto / chrome://tracing) here");
-  cmd->add_option("--register-timeout", cluster->register_timeout_ms, "Pipeline: ms to wait for the devices")
-      ->capture_default_str();
   cmd->add_option("--peer-timeout", cluster->peer_timeout_ms, "Pipeline: a device silent this many ms is declared dead")
       ->capture_default_str();
   cmd->add_option("--planner", cluster->planner,
                   "Pipeline: auto (profile devices and links, plan stages) | balance (even split over all devices)")
       ->capture_default_str()->check(CLI::IsMember({"auto", "balance"}));
-  cmd->add_flag("--insecure", cluster->insecure, "Pipeline: plain TCP without CURVE (logs a warning)");
   cmd->callback([flags, local, cluster]() {
     finish_train_flags(*flags);
     nlohmann::json result;
     if (*local) {
       result = train_local(flags->config);
     } else {
-      if (!cluster->insecure && (cluster->key_path.empty() || cluster->allow_path.empty()))
-        throw CliError("pipeline training needs --key and --allow (or --insecure); for one process pass --local");
-      if (cluster->insecure) std::fprintf(stderr, "cleave: WARNING: --insecure: links are not encrypted or authenticated\n");
-      install_interrupt_handler();
-      cluster->interrupted = interrupted;
+      prepare_coordinator(*cluster, "pipeline training", "; for one process pass --local");
       result = train_pipeline(flags->config, *cluster);
     }
     write_result_json(flags->json_path, result);
