@@ -211,7 +211,7 @@ std::pair<double, double> Driver::probe_link(const std::string& peer) {
 Cluster Driver::profile_cluster(const ModelSpec& spec) {
   Cluster cluster;
   const int64_t mb_samples = std::max<int64_t>(1, (cfg_.batch + cfg_.microbatches - 1) / cfg_.microbatches);
-  std::vector<double> caps(devices_.size(), 0), mbps(devices_.size(), 0), latency(devices_.size(), 0);
+  std::vector<double> caps(devices_.size(), 0);  // declared --bandwidth-limit of each, Mbit/s (0: none)
   // One device at a time, so that devices sharing a machine do not slow each
   // other's measurements down.
   for (size_t i = 0; i < devices_.size(); ++i) {
@@ -231,17 +231,16 @@ Cluster Driver::profile_cluster(const ModelSpec& spec) {
       if (v < 0) v = 1e9;  // the layer does not fit this device on its own
     dp.layer_seconds_per_sample = secs;
     dp.update_seconds_per_param = detail.value("update_seconds_per_param", 0.0);
-    {  // which machine it shares with whom (daemons started on one box slow each other down)
-      auto reg = nlohmann::json::parse(d.reg.details_json.empty() ? "{}" : d.reg.details_json, nullptr, false);
-      if (!reg.is_discarded() && reg.is_object() && reg.contains("host")) {
+    const auto reg = nlohmann::json::parse(d.reg.details_json.empty() ? "{}" : d.reg.details_json, nullptr, false);
+    if (!reg.is_discarded() && reg.is_object()) {
+      caps[i] = reg.value("bandwidth_limit_bytes_per_sec", 0.0) * 8 / 1e6;
+      if (reg.contains("host")) {  // which machine it shares with whom (daemons on one box slow each other down)
         dp.host = reg.value("host", std::string());
         dp.host_cores = reg.value("cpu_cores", 0.0);
         dp.cpu_threads = reg.value("cpu_threads", 0.0);
       }
     }
     cluster.devices.push_back(dp);
-    auto details = nlohmann::json::parse(d.reg.details_json.empty() ? "{}" : d.reg.details_json, nullptr, false);
-    if (!details.is_discarded()) caps[i] = details.value("bandwidth_limit_bytes_per_sec", 0.0) * 8 / 1e6;
     if (cfg_.progress) std::fprintf(stderr, "cleave: profiled %s\n", d.name.c_str());
   }
   if (!opts_.insecure) {
@@ -281,6 +280,7 @@ Cluster Driver::profile_cluster(const ModelSpec& spec) {
   // them (same network, same encryption) stand in, capped by the declared
   // --bandwidth-limit of each sender. A link a -> b carries activations out of
   // a and gradients out of b: the slower sender bounds it.
+  std::vector<double> mbps(devices_.size(), 0), latency(devices_.size(), 0);
   for (size_t i = 0; i < devices_.size(); ++i) std::tie(latency[i], mbps[i]) = probe_link(devices_[i].name);
   for (size_t a = 0; a < devices_.size(); ++a)
     for (size_t b = 0; b < devices_.size(); ++b) {
