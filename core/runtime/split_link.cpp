@@ -96,6 +96,15 @@ Tensor SplitLink::receive(TensorKind kind, int64_t seq) {
   }
 }
 
+Tensor SplitLink::receive(TensorKind kind, int64_t seq, const Shape& sample_shape, int64_t rows) {
+  Tensor t = receive(kind, seq);
+  const Shape want = batched(rows >= 0 ? rows : (t.shape().empty() ? 0 : t.dim(0)), sample_shape);
+  if (t.shape() != want)
+    throw std::runtime_error(peer_ + " sent " + kind_key(kind) + " #" + std::to_string(seq) + " of shape " +
+                             shape_str(t.shape()) + ", expected " + shape_str(want));
+  return t;
+}
+
 void SplitLink::send(TensorKind kind, int64_t seq, const Tensor& t) {
   const TensorMessage m = to_message(t, kind, seq, 0);
   for (;;) {

@@ -44,8 +44,12 @@ class SplitLink {
  public:
   SplitLink(std::unique_ptr<transport::TensorLink> link, std::string peer, const SplitJobContext& ctx);
 
-  // The tensor (kind, seq) from the peer as a tensor on the job's device.
-  // Throws std::runtime_error when the link closes, SplitJobAborted when the job ends.
+  // The tensor (kind, seq) from the peer as a tensor on the job's device,
+  // checked to hold samples of `sample_shape` (`rows` of them; -1: any number).
+  // Throws std::runtime_error naming the peer for another shape or when the
+  // link closes, SplitJobAborted when the job ends.
+  Tensor receive(transport::TensorKind kind, int64_t seq, const Shape& sample_shape, int64_t rows = -1);
+  // The same without a shape check (labels, whose shape the loss checks).
   Tensor receive(transport::TensorKind kind, int64_t seq);
   // Sends `t` as (kind, seq); waits while the peer has not said hello yet.
   void send(transport::TensorKind kind, int64_t seq, const Tensor& t);

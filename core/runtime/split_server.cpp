@@ -129,19 +129,10 @@ class SplitServer {
     return std::nullopt;
   }
 
-  void check_shape(const Client& cl, const Tensor& t, const Shape& per_sample, const char* what) const {
-    Shape want = per_sample;
-    want.insert(want.begin(), t.shape().empty() ? 0 : t.dim(0));
-    if (t.shape() != want)
-      throw std::runtime_error(cl.link->peer() + " sent " + what + " of shape " + shape_str(t.shape()) + ", expected " +
-                               shape_str(want));
-  }
-
   void train_batch(int ci, int round) {
     Client& cl = clients_[static_cast<size_t>(ci)];
     Device& dev = ctx_.device;
-    Tensor x = cl.link->receive(TensorKind::kActivation, cl.seq);
-    check_shape(cl, x, part_->input_shape(), "cut-layer activations");
+    Tensor x = cl.link->receive(TensorKind::kActivation, cl.seq, part_->input_shape());
     const uint64_t dropout_seed = derive_seed(seed_ + static_cast<uint64_t>(ci), static_cast<uint64_t>(cl.train_steps), 0);
     Tensor y = part_->forward(x, 0, /*training=*/true, dropout_seed);
     const int64_t n = y.dim(0);
@@ -162,10 +153,7 @@ class SplitServer {
       ctx_.channel.send(msg);
     } else {
       cl.link->send(TensorKind::kActivation, cl.seq, y);
-      dy = cl.link->receive(TensorKind::kGradient, cl.seq);
-      if (dy.shape() != y.shape())
-        throw std::runtime_error(cl.link->peer() + " sent a gradient of shape " + shape_str(dy.shape()) + " for an output of " +
-                                 shape_str(y.shape()));
+      dy = cl.link->receive(TensorKind::kGradient, cl.seq, part_->output_shape(), n);
     }
     Tensor dx = part_->backward(dy, 0, /*need_dx=*/true);
     cl.link->send(TensorKind::kGradient, cl.seq, dx);
@@ -177,8 +165,7 @@ class SplitServer {
 
   void eval_batch(int ci) {
     Client& cl = clients_[static_cast<size_t>(ci)];
-    Tensor x = cl.link->receive(TensorKind::kActivation, cl.seq);
-    check_shape(cl, x, part_->input_shape(), "cut-layer activations");
+    Tensor x = cl.link->receive(TensorKind::kActivation, cl.seq, part_->input_shape());
     Tensor y = part_->forward(x, 0, /*training=*/false);
     cl.link->send(TensorKind::kActivation, cl.seq, y);
     ++cl.seq;
