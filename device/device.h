@@ -106,6 +106,20 @@ class Device {
   // dst (b, a, r) = src (a, b, r) with the first two axes swapped.
   virtual void swap_axes01(const Tensor& src, const Tensor& dst, int64_t a, int64_t b, int64_t r) = 0;
 
+  // --- convolution (NCHW, groups 1, dilation 1) ------------------------------------
+  // y (n, oc, oh, ow) = w (oc, c*kh*kw) applied to every window of x (n, c, h, w),
+  // plus b (oc) on every plane of channel o; b may be undefined (no bias).
+  // The default lowers the whole batch onto im2col, one gemm and swap_axes01 with a
+  // (c*kh*kw, n*oh*ow) temporary (device/conv2d_lowering.cpp); a backend may override
+  // it with something faster that gives the same result up to rounding.
+  virtual void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& y,
+                              const Window2d& g, int64_t oc);
+  // The gradients of conv2d_forward for dy (n, oc, oh, ow): dw (oc, c*kh*kw) and
+  // db (oc) accumulate; dx (n, c, h, w) is overwritten. db and dx may be undefined
+  // (no bias; no input gradient wanted).
+  virtual void conv2d_backward(const Tensor& x, const Tensor& w, const Tensor& dy, const Tensor& dw,
+                               const Tensor& db, const Tensor& dx, const Window2d& g, int64_t oc);
+
   // --- pooling (NCHW, padding counts as -inf for max and 0 for average) -----------
   // y (n, c, oh, ow); argmax (same shape) receives the index (0..h*w-1) in the input
   // plane of each maximum (first one wins on ties), as a float.

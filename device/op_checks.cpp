@@ -39,6 +39,12 @@ struct Checker {
     for (int64_t d : ds)
       if (d < 0) fail("negative dimension " + std::to_string(d));
   }
+  // Matrix dimensions handed to BLAS, whose integers are 32-bit.
+  void blas_range(std::initializer_list<int64_t> ds) const {
+    for (int64_t d : ds)
+      if (d > INT_MAX)
+        fail("dimension " + std::to_string(d) + " exceeds the BLAS integer range (" + std::to_string(INT_MAX) + ")");
+  }
   void positive(int64_t v, const char* what) const {
     if (v == 0) fail(std::string(what) + " must be > 0");
   }
@@ -220,6 +226,34 @@ void check_col2im(const Device& dev, const Tensor& cols, const Tensor& dx, const
   ck.window(g);
   ck.at_least(cols, "cols", g.c * g.kh * g.kw * g.n * g.out_h() * g.out_w());
   ck.at_least(dx, "dx", g.n * g.c * g.h * g.w);
+}
+
+void check_conv2d_forward(const Device& dev, const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& y,
+                          const Window2d& g, int64_t oc) {
+  const Checker ck{dev, "conv2d_forward"};
+  ck.window(g);
+  ck.dims({oc});
+  ck.positive(oc, "out channels");
+  ck.blas_range({oc, g.c * g.kh * g.kw, g.out_h() * g.out_w()});
+  ck.at_least(x, "x", g.n * g.c * g.h * g.w);
+  ck.at_least(w, "w", oc * g.c * g.kh * g.kw);
+  if (b.defined()) ck.at_least(b, "b", oc);
+  ck.at_least(y, "y", g.n * oc * g.out_h() * g.out_w());
+}
+
+void check_conv2d_backward(const Device& dev, const Tensor& x, const Tensor& w, const Tensor& dy, const Tensor& dw,
+                           const Tensor& db, const Tensor& dx, const Window2d& g, int64_t oc) {
+  const Checker ck{dev, "conv2d_backward"};
+  ck.window(g);
+  ck.dims({oc});
+  ck.positive(oc, "out channels");
+  ck.blas_range({oc, g.c * g.kh * g.kw, g.out_h() * g.out_w()});
+  ck.at_least(x, "x", g.n * g.c * g.h * g.w);
+  ck.at_least(w, "w", oc * g.c * g.kh * g.kw);
+  ck.at_least(dy, "dy", g.n * oc * g.out_h() * g.out_w());
+  ck.at_least(dw, "dw", oc * g.c * g.kh * g.kw);
+  if (db.defined()) ck.at_least(db, "db", oc);
+  if (dx.defined()) ck.at_least(dx, "dx", g.n * g.c * g.h * g.w);
 }
 
 bool check_swap_axes01(const Device& dev, const Tensor& src, const Tensor& dst, int64_t a, int64_t b, int64_t r) {

@@ -55,6 +55,11 @@ void check_bias_grad_channels(const Device& dev, const Tensor& dy, const Tensor&
 // --- convolution helpers -----------------------------------------------------------
 void check_im2col(const Device& dev, const Tensor& x, const Tensor& cols, const Window2d& g);
 void check_col2im(const Device& dev, const Tensor& cols, const Tensor& dx, const Window2d& g);
+// b, db and dx may be undefined; oc must be > 0.
+void check_conv2d_forward(const Device& dev, const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& y,
+                          const Window2d& g, int64_t oc);
+void check_conv2d_backward(const Device& dev, const Tensor& x, const Tensor& w, const Tensor& dy, const Tensor& dw,
+                           const Tensor& db, const Tensor& dx, const Window2d& g, int64_t oc);
 // src and dst must not overlap, except as the very same elements when a or b is 1
 // (the identity): then this returns false and the op has nothing to do.
 [[nodiscard]] bool check_swap_axes01(const Device& dev, const Tensor& src, const Tensor& dst, int64_t a, int64_t b,

@@ -20,7 +20,8 @@ pkg-config --exists openblas || { echo "cuda-emulate: openblas (pkg-config) is n
 
 sources=(
   "$root/device/cuda/cuda_device.cpp" "$root/device/cpu/cpu_device.cpp" "$root/device/tensor.cpp"
-  "$root/device/device.cpp" "$root/tests/device/test_cuda_parity.cpp" "$root/tests/catch_main.cpp")
+  "$root/device/device.cpp" "$root/device/op_checks.cpp" "$root/device/conv2d_lowering.cpp"
+  "$root/device/cpu/host_pool.cpp" "$root/tests/device/test_cuda_parity.cpp" "$root/tests/catch_main.cpp")
 for cu in "$root"/kernels/cuda/*.cu; do
   gen="$out/src/$(basename "$cu" .cu).cpp"
   python3 "$root/kernels/cuda/emu/launch_rewrite.py" "$cu" "$gen.tmp"

@@ -83,6 +83,24 @@ void ProfilingDevice::swap_axes01(const Tensor& src, const Tensor& dst, int64_t 
   timed("swap_axes01", [&] { inner_->swap_axes01(in(src), in(dst), a, b, r); });
 }
 
+// "conv2d_forward 32->64 14x14 k3x3": convolutions keyed by their shape, like GEMMs.
+namespace {
+std::string conv_key(const char* op, const Window2d& g, int64_t oc) {
+  return std::string(op) + " " + std::to_string(g.c) + "->" + std::to_string(oc) + " " + std::to_string(g.h) + "x" +
+         std::to_string(g.w) + " k" + std::to_string(g.kh) + "x" + std::to_string(g.kw);
+}
+}  // namespace
+
+void ProfilingDevice::conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& y,
+                                     const Window2d& g, int64_t oc) {
+  timed(conv_key("conv2d_forward", g, oc), [&] { inner_->conv2d_forward(in(x), in(w), in(b), in(y), g, oc); });
+}
+void ProfilingDevice::conv2d_backward(const Tensor& x, const Tensor& w, const Tensor& dy, const Tensor& dw,
+                                      const Tensor& db, const Tensor& dx, const Window2d& g, int64_t oc) {
+  timed(conv_key("conv2d_backward", g, oc),
+        [&] { inner_->conv2d_backward(in(x), in(w), in(dy), in(dw), in(db), in(dx), g, oc); });
+}
+
 void ProfilingDevice::maxpool_forward(const Tensor& x, const Tensor& y, const Tensor& argmax, const Window2d& g) {
   timed("maxpool_forward", [&] { inner_->maxpool_forward(in(x), in(y), in(argmax), g); });
 }

@@ -59,6 +59,10 @@ class ProfilingDevice final : public Device {
   void im2col(const Tensor& x, const Tensor& cols, const Window2d& g) override;
   void col2im(const Tensor& cols, const Tensor& dx, const Window2d& g) override;
   void swap_axes01(const Tensor& src, const Tensor& dst, int64_t a, int64_t b, int64_t r) override;
+  void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& y, const Window2d& g,
+                      int64_t oc) override;
+  void conv2d_backward(const Tensor& x, const Tensor& w, const Tensor& dy, const Tensor& dw, const Tensor& db,
+                       const Tensor& dx, const Window2d& g, int64_t oc) override;
   void maxpool_forward(const Tensor& x, const Tensor& y, const Tensor& argmax, const Window2d& g) override;
   void maxpool_backward(const Tensor& dy, const Tensor& argmax, const Tensor& dx, const Window2d& g) override;
   void avgpool_forward(const Tensor& x, const Tensor& y, const Window2d& g) override;

@@ -1,12 +1,9 @@
 // conv2d.cpp: 2-D convolution over NCHW input (PyTorch nn.Conv2d, groups=1, dilation=1).
 //
-// Forward lowers the whole batch with im2col into cols (C*kh*kw, N*oh*ow) and runs
-// one GEMM W (OC, C*kh*kw) x cols -> (OC, N*oh*ow), then swaps the first two axes
-// into y (N, OC, oh*ow) and adds the bias per channel. Backward recomputes cols
-// with im2col instead of saving them in the context: cols are kh*kw times larger
-// than x, and x is kept anyway, so recomputing trades one cheap pass for a lot of
-// stash memory on small devices (saved_floats_per_sample() is 0). The cols buffer
-// is then reused for dcols = W^T dy' before col2im scatters it into dx.
+// The arithmetic is the device's conv2d_forward / conv2d_backward (device/device.h):
+// a portable im2col + GEMM lowering that the CPU backend replaces with a per-sample
+// form. Neither keeps anything between the passes but x (saved_floats_per_sample()
+// is 0): backward recomputes the columns it needs.
 #include <cmath>
 #include <stdexcept>
 
@@ -62,49 +59,19 @@ class Conv2d final : public Layer {
 
   void forward(const Tensor& x, const Tensor& y, LayerContext&, bool) override {
     check_batch_shape("conv2d input", x, in_);
-    const int64_t n = x.dim(0);
     check_batch_shape("conv2d output", y, {oc_, g_.out_h(), g_.out_w()});
-    Device& d = x.device();
     Window2d g = g_;
-    g.n = n;
-    const int64_t cols_n = n * ohw();
-    Tensor cols(d, {ckk(), cols_n});  // (C*kh*kw, N*oh*ow)
-    d.im2col(x, cols, g);
-    if (n == 1) {
-      // (OC, oh*ow) is already (1, OC, oh*ow)
-      d.gemm(false, false, oc_, cols_n, ckk(), 1.0f, w_, ckk(), cols, cols_n, 0.0f, y, cols_n);
-    } else {
-      Tensor tmp(d, {oc_, cols_n});  // (OC, N*oh*ow)
-      d.gemm(false, false, oc_, cols_n, ckk(), 1.0f, w_, ckk(), cols, cols_n, 0.0f, tmp, cols_n);
-      d.swap_axes01(tmp, y, oc_, n, ohw());  // -> (N, OC, oh*ow)
-    }
-    if (bias_) d.add_bias_channels(y, b_, n, oc_, ohw());
+    g.n = x.dim(0);
+    x.device().conv2d_forward(x, w_, b_, y, g, oc_);
   }
 
   void backward(const Tensor& x, const Tensor&, const Tensor& dy, const Tensor* dx, LayerContext&) override {
     check_batch_shape("conv2d input", x, in_);
-    const int64_t n = x.dim(0);
     check_batch_shape("conv2d output gradient", dy, {oc_, g_.out_h(), g_.out_w()});
-    Device& d = x.device();
+    if (dx) check_batch_shape("conv2d input gradient", *dx, in_);
     Window2d g = g_;
-    g.n = n;
-    const int64_t cols_n = n * ohw();
-    Tensor dyt = dy;  // (OC, N*oh*ow)
-    if (n != 1) {
-      dyt = Tensor(d, {oc_, cols_n});
-      d.swap_axes01(dy, dyt, n, oc_, ohw());
-    }
-    Tensor cols(d, {ckk(), cols_n});  // recomputed (see the file comment)
-    d.im2col(x, cols, g);
-    // dW (OC, CKK) += dy' (OC, N*ohw) * cols^T (N*ohw, CKK)
-    d.gemm(false, true, oc_, ckk(), cols_n, 1.0f, dyt, cols_n, cols, cols_n, 1.0f, dw_, ckk());
-    if (bias_) d.bias_grad_channels(dy, db_, n, oc_, ohw());
-    if (dx) {
-      check_batch_shape("conv2d input gradient", *dx, in_);
-      // dcols (CKK, N*ohw) = W^T (CKK, OC) * dy' (OC, N*ohw), reusing the cols buffer
-      d.gemm(true, false, ckk(), cols_n, oc_, 1.0f, w_, ckk(), dyt, cols_n, 0.0f, cols, cols_n);
-      d.col2im(cols, *dx, g);
-    }
+    g.n = x.dim(0);
+    x.device().conv2d_backward(x, w_, dy, dw_, db_, dx ? *dx : Tensor(), g, oc_);
   }
 
  private:

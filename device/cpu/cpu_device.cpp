@@ -24,13 +24,6 @@ namespace {
 
 // Below this many elementary operations a loop runs on the calling thread.
 constexpr int64_t kMinParallelWork = 1 << 16;
-constexpr size_t kAlignment = 64;
-
-std::string mib(size_t bytes) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.1f", static_cast<double>(bytes) / (1024.0 * 1024.0));
-  return buf;
-}
 
 // Runs f(chunk, begin, end) over [0, n) split into `team` contiguous chunks.
 template <class F>
@@ -59,6 +52,107 @@ void valid_range(int64_t w, int64_t out, int64_t s, int64_t p, int64_t j, int64_
   if (hi < lo) hi = lo;
 }
 
+// One sample's columns: x (c, h, w) -> the rows of channels [c0, c1) of a
+// (c*kh*kw, oh*ow) block whose rows lie ldc floats apart (row (ci*kh + i)*kw + j,
+// column y*ow + x). Padding reads as zero.
+void im2col_planes(const float* __restrict x, float* __restrict cols, int64_t ldc, const Window2d& g, int64_t c0,
+                   int64_t c1) {
+  const int64_t oh = g.out_h(), ow = g.out_w();
+  const int64_t h = g.h, w = g.w, kh = g.kh, kw = g.kw, sh = g.sh, sw = g.sw, ph = g.ph, pw = g.pw;
+  for (int64_t r = c0 * kh * kw; r < c1 * kh * kw; ++r) {
+    const int64_t ci = r / (kh * kw), i = (r / kw) % kh, j = r % kw;
+    int64_t x_lo, x_hi;
+    valid_range(w, ow, sw, pw, j, x_lo, x_hi);
+    const float* __restrict src = x + ci * h * w;
+    for (int64_t yo = 0; yo < oh; ++yo) {
+      float* __restrict o = cols + r * ldc + yo * ow;
+      const int64_t iy = yo * sh - ph + i;
+      if (iy < 0 || iy >= h) {
+        std::memset(o, 0, static_cast<size_t>(ow) * sizeof(float));
+        continue;
+      }
+      const float* __restrict in = src + iy * w - pw + j;  // in[xo*sw] is column xo
+      for (int64_t xo = 0; xo < x_lo; ++xo) o[xo] = 0.f;
+      if (sw == 1) {
+        if (x_hi > x_lo) std::memcpy(o + x_lo, in + x_lo, static_cast<size_t>(x_hi - x_lo) * sizeof(float));
+      } else {
+        for (int64_t xo = x_lo; xo < x_hi; ++xo) o[xo] = in[xo * sw];
+      }
+      for (int64_t xo = x_hi; xo < ow; ++xo) o[xo] = 0.f;
+    }
+  }
+}
+
+// The reverse for one sample: planes [c0, c1) of dx (c, h, w) := the scatter-add of
+// their rows of a column block laid out as im2col_planes writes it.
+void col2im_planes(const float* __restrict cols, int64_t ldc, float* __restrict dx, const Window2d& g, int64_t c0,
+                   int64_t c1) {
+  const int64_t oh = g.out_h(), ow = g.out_w();
+  const int64_t h = g.h, w = g.w, kh = g.kh, kw = g.kw, sh = g.sh, sw = g.sw, ph = g.ph, pw = g.pw;
+  for (int64_t ci = c0; ci < c1; ++ci) {
+    float* __restrict plane = dx + ci * h * w;
+    std::memset(plane, 0, static_cast<size_t>(h * w) * sizeof(float));
+    for (int64_t i = 0; i < kh; ++i) {
+      for (int64_t j = 0; j < kw; ++j) {
+        int64_t x_lo, x_hi;
+        valid_range(w, ow, sw, pw, j, x_lo, x_hi);
+        const float* __restrict src = cols + ((ci * kh + i) * kw + j) * ldc;
+        for (int64_t yo = 0; yo < oh; ++yo) {
+          const int64_t iy = yo * sh - ph + i;
+          if (iy < 0 || iy >= h) continue;
+          float* __restrict out = plane + iy * w - pw + j;
+          const float* __restrict in = src + yo * ow;
+          if (sw == 1) {
+            for (int64_t xo = x_lo; xo < x_hi; ++xo) out[xo] += in[xo];
+          } else {
+            for (int64_t xo = x_lo; xo < x_hi; ++xo) out[xo * sw] += in[xo];
+          }
+        }
+      }
+    }
+  }
+}
+
+// A 1x1 window with stride 1 and no padding: a sample's columns are the sample itself.
+bool pointwise(const Window2d& g) {
+  return g.kh == 1 && g.kw == 1 && g.sh == 1 && g.sw == 1 && g.ph == 0 && g.pw == 0;
+}
+
+// conv2d_backward splits a batch of n into this many fixed groups of consecutive
+// samples. Each group sums its samples' weight gradients in order into its own
+// partial (of partial_floats floats); the partials are then added in group order.
+// The grouping depends on the shapes only, so dw comes out bit for bit the same
+// whatever the thread count.
+int64_t conv_groups(int64_t n, int64_t partial_floats) {
+  constexpr int64_t kMaxGroups = 16;
+  constexpr int64_t kPartialBudget = int64_t{4} << 20;  // floats (16 MiB) of partials at most
+  return std::clamp<int64_t>(std::min(n, kPartialBudget / std::max<int64_t>(partial_floats, 1)), 1, kMaxGroups);
+}
+
+// OpenBLAS's thread count for one scope, put back afterwards. While an OpenMP team
+// runs one GEMM per thread, OpenBLAS must not start threads of its own.
+class BlasThreads {
+ public:
+  explicit BlasThreads(int inside) : before_(openblas_get_num_threads()) {
+    if (inside != before_) openblas_set_num_threads(inside);
+  }
+  ~BlasThreads() {
+    if (openblas_get_num_threads() != before_) openblas_set_num_threads(before_);
+  }
+  BlasThreads(const BlasThreads&) = delete;
+  BlasThreads& operator=(const BlasThreads&) = delete;
+
+ private:
+  int before_;
+};
+
+void sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
+           int64_t ldb, float beta, float* c, int64_t ldc) {
+  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, static_cast<int>(m),
+              static_cast<int>(n), static_cast<int>(k), 1.0f, a, static_cast<int>(lda), b, static_cast<int>(ldb), beta,
+              c, static_cast<int>(ldc));
+}
+
 inline float gelu(float x) { return 0.5f * x * (1.0f + std::erf(x * 0.70710678118654752f)); }
 inline float gelu_grad(float x) {
   const float cdf = 0.5f * (1.0f + std::erf(x * 0.70710678118654752f));
@@ -72,7 +166,7 @@ inline float gelu_grad(float x) {
 // identity and memory
 
 CpuDevice::CpuDevice(const DeviceOptions& opts)
-    : limit_(opts.memory_limit), in_use_(std::make_shared<std::atomic<size_t>>(0)) {
+    : limit_(opts.memory_limit), pool_(std::make_shared<HostPool>(opts.memory_limit)) {
   if (opts.threads < 0)
     throw std::invalid_argument("cpu: thread count must be >= 0 (0 = all cores), got " +
                                 std::to_string(opts.threads));
@@ -91,7 +185,7 @@ MemoryInfo CpuDevice::memory() const {
   const size_t phys = page > 0 && pages > 0 ? static_cast<size_t>(page) * static_cast<size_t>(pages) : 0;
   const size_t phys_free = page > 0 && avail > 0 ? static_cast<size_t>(page) * static_cast<size_t>(avail) : 0;
   MemoryInfo info;
-  const size_t used = in_use_->load();
+  const size_t used = pool_->in_use();
   if (limit_ > 0) {
     info.total = limit_;
     info.free = std::min(limit_ > used ? limit_ - used : 0, phys_free > 0 ? phys_free : limit_);
@@ -103,26 +197,12 @@ MemoryInfo CpuDevice::memory() const {
 }
 
 std::shared_ptr<Buffer> CpuDevice::allocate(size_t bytes) {
-  const size_t rounded = (std::max<size_t>(bytes, 1) + kAlignment - 1) / kAlignment * kAlignment;
-  size_t used = in_use_->fetch_add(bytes) + bytes;
-  if (limit_ > 0 && used > limit_) {
-    in_use_->fetch_sub(bytes);
-    throw OutOfMemory("cpu: cannot allocate " + mib(bytes) + " MiB: " + mib(used - bytes) + " MiB in use of the " +
-                      mib(limit_) + " MiB limit (--memory-limit)");
-  }
-  void* p = std::aligned_alloc(kAlignment, rounded);
-  if (p == nullptr) {
-    in_use_->fetch_sub(bytes);
-    throw OutOfMemory("cpu: cannot allocate " + mib(bytes) + " MiB: the system is out of memory (" +
-                      mib(used - bytes) + " MiB in use by this device)");
-  }
   auto buf = std::make_shared<Buffer>();
   buf->device = this;
-  buf->handle = p;
+  buf->handle = pool_->allocate(bytes);
   buf->bytes = bytes;
-  buf->release = [counter = in_use_](Buffer& b) {
-    std::free(b.handle);
-    counter->fetch_sub(b.bytes);
+  buf->release = [pool = pool_](Buffer& b) {
+    pool->release(b.handle, b.bytes);
     b.handle = nullptr;
   };
   return buf;
@@ -336,72 +416,26 @@ void CpuDevice::bias_grad_channels(const Tensor& dy, const Tensor& db, int64_t n
 
 void CpuDevice::im2col(const Tensor& x, const Tensor& cols, const Window2d& g) {
   check_im2col(*this, x, cols, g);
-  const int64_t oh = g.out_h(), ow = g.out_w();
-  const int64_t ncols = g.n * oh * ow;
-  const int64_t nrows = g.c * g.kh * g.kw;
-  const float* __restrict px = ptr(x);
-  float* __restrict pc = ptr(cols);
-  const int64_t h = g.h, w = g.w, c = g.c, kh = g.kh, kw = g.kw, sh = g.sh, sw = g.sw, ph = g.ph, pw = g.pw;
-  run_chunks(team_size(nrows, ncols), nrows, [&](int, int64_t s, int64_t e) {
-    for (int64_t r = s; r < e; ++r) {
-      const int64_t ci = r / (kh * kw), i = (r / kw) % kh, j = r % kw;
-      int64_t x_lo, x_hi;
-      valid_range(w, ow, sw, pw, j, x_lo, x_hi);
-      float* __restrict out_row = pc + r * ncols;
-      for (int64_t ni = 0; ni < g.n; ++ni) {
-        const float* __restrict src = px + (ni * c + ci) * h * w;
-        for (int64_t yo = 0; yo < oh; ++yo) {
-          float* __restrict o = out_row + (ni * oh + yo) * ow;
-          const int64_t iy = yo * sh - ph + i;
-          if (iy < 0 || iy >= h) {
-            std::memset(o, 0, static_cast<size_t>(ow) * sizeof(float));
-            continue;
-          }
-          const float* __restrict in = src + iy * w - pw + j;  // in[xo*sw] is column xo
-          for (int64_t xo = 0; xo < x_lo; ++xo) o[xo] = 0.f;
-          if (sw == 1) {
-            if (x_hi > x_lo) std::memcpy(o + x_lo, in + x_lo, static_cast<size_t>(x_hi - x_lo) * sizeof(float));
-          } else {
-            for (int64_t xo = x_lo; xo < x_hi; ++xo) o[xo] = in[xo * sw];
-          }
-          for (int64_t xo = x_hi; xo < ow; ++xo) o[xo] = 0.f;
-        }
-      }
+  const int64_t ohw = g.out_h() * g.out_w(), ncols = g.n * ohw, in_size = g.c * g.h * g.w;
+  const float* px = ptr(x);
+  float* pc = ptr(cols);
+  run_chunks(team_size(g.n * g.c, g.kh * g.kw * ohw), g.n * g.c, [&](int, int64_t s, int64_t e) {
+    for (int64_t p = s; p < e; ++p) {
+      const int64_t ni = p / g.c, ci = p % g.c;
+      im2col_planes(px + ni * in_size, pc + ni * ohw, ncols, g, ci, ci + 1);
     }
   });
 }
 
 void CpuDevice::col2im(const Tensor& cols, const Tensor& dx, const Window2d& g) {
   check_col2im(*this, cols, dx, g);
-  const int64_t oh = g.out_h(), ow = g.out_w();
-  const int64_t ncols = g.n * oh * ow;
-  const float* __restrict pc = ptr(cols);
-  float* __restrict pdx = ptr(dx);
-  const int64_t h = g.h, w = g.w, c = g.c, kh = g.kh, kw = g.kw, sh = g.sh, sw = g.sw, ph = g.ph, pw = g.pw;
-  const int64_t planes = g.n * c;
-  run_chunks(team_size(planes, kh * kw * oh * ow), planes, [&](int, int64_t s, int64_t e) {
+  const int64_t ohw = g.out_h() * g.out_w(), ncols = g.n * ohw, in_size = g.c * g.h * g.w;
+  const float* pc = ptr(cols);
+  float* pdx = ptr(dx);
+  run_chunks(team_size(g.n * g.c, g.kh * g.kw * ohw), g.n * g.c, [&](int, int64_t s, int64_t e) {
     for (int64_t p = s; p < e; ++p) {
-      const int64_t ni = p / c, ci = p % c;
-      float* __restrict plane = pdx + p * h * w;
-      std::memset(plane, 0, static_cast<size_t>(h * w) * sizeof(float));
-      for (int64_t i = 0; i < kh; ++i) {
-        for (int64_t j = 0; j < kw; ++j) {
-          int64_t x_lo, x_hi;
-          valid_range(w, ow, sw, pw, j, x_lo, x_hi);
-          const float* __restrict src = pc + ((ci * kh + i) * kw + j) * ncols + ni * oh * ow;
-          for (int64_t yo = 0; yo < oh; ++yo) {
-            const int64_t iy = yo * sh - ph + i;
-            if (iy < 0 || iy >= h) continue;
-            float* __restrict out = plane + iy * w - pw + j;
-            const float* __restrict in = src + yo * ow;
-            if (sw == 1) {
-              for (int64_t xo = x_lo; xo < x_hi; ++xo) out[xo] += in[xo];
-            } else {
-              for (int64_t xo = x_lo; xo < x_hi; ++xo) out[xo * sw] += in[xo];
-            }
-          }
-        }
-      }
+      const int64_t ni = p / g.c, ci = p % g.c;
+      col2im_planes(pc + ni * ohw, ncols, pdx + ni * in_size, g, ci, ci + 1);
     }
   });
 }
@@ -437,6 +471,107 @@ void CpuDevice::swap_axes01(const Tensor& src, const Tensor& dst, int64_t a, int
 }
 
 // ---------------------------------------------------------------------------------------------
+// convolution
+//
+// One sample at a time, the samples split among the OpenMP team, each thread with
+// its own column buffer (c*kh*kw x oh*ow, which fits in L2 for the layers we run)
+// and single-threaded GEMMs: the columns are built, used and dropped while still
+// in cache, and the output lands directly in NCHW, so the portable lowering's
+// batch-wide columns, its axis swaps and their trips through memory all go away.
+// A batch of one runs on the calling thread with OpenBLAS threading the GEMMs.
+
+void CpuDevice::conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& y,
+                               const Window2d& g, int64_t oc) {
+  check_conv2d_forward(*this, x, w, b, y, g, oc);
+  if (g.n == 0) return;
+  const int64_t ckk = g.c * g.kh * g.kw, ohw = g.out_h() * g.out_w(), in_size = g.c * g.h * g.w;
+  const bool direct = pointwise(g);
+  const int team = team_size(g.n, 2 * oc * ckk * ohw);
+  const Tensor scratch = direct ? Tensor() : Tensor(*this, {team, ckk * ohw});
+  const float* px = ptr(x);
+  const float* pw = ptr(w);
+  const float* pb = ptr(b);
+  float* py = ptr(y);
+  const BlasThreads blas(team > 1 ? 1 : threads_);
+  run_chunks(team, g.n, [&](int t, int64_t s, int64_t e) {
+    float* cols = direct ? nullptr : ptr(scratch) + t * ckk * ohw;
+    for (int64_t i = s; i < e; ++i) {
+      const float* xi = px + i * in_size;
+      if (!direct) im2col_planes(xi, cols, ohw, g, 0, g.c);
+      float* yi = py + i * oc * ohw;
+      sgemm(false, false, oc, ohw, ckk, pw, ckk, direct ? xi : cols, ohw, 0.0f, yi, ohw);
+      if (pb == nullptr) continue;
+      for (int64_t o = 0; o < oc; ++o) {
+        float* __restrict plane = yi + o * ohw;
+        const float v = pb[o];
+        for (int64_t k = 0; k < ohw; ++k) plane[k] += v;
+      }
+    }
+  });
+}
+
+void CpuDevice::conv2d_backward(const Tensor& x, const Tensor& w, const Tensor& dy, const Tensor& dw,
+                                const Tensor& db, const Tensor& dx, const Window2d& g, int64_t oc) {
+  check_conv2d_backward(*this, x, w, dy, dw, db, dx, g, oc);
+  if (g.n == 0) return;
+  const int64_t ckk = g.c * g.kh * g.kw, ohw = g.out_h() * g.out_w(), in_size = g.c * g.h * g.w;
+  const int64_t w_size = oc * ckk, part = w_size + oc;  // a group's partial: dw then db
+  const bool direct = pointwise(g);
+  const int64_t groups = conv_groups(g.n, part);
+  const int team = team_size(groups, (dx.defined() ? 4 : 2) * oc * ckk * ohw * (g.n / groups));
+  const Tensor partials(*this, {groups, part});
+  const Tensor scratch = direct ? Tensor() : Tensor(*this, {team, ckk * ohw});
+  const float* px = ptr(x);
+  const float* pw = ptr(w);
+  const float* pdy = ptr(dy);
+  float* pdx = ptr(dx);
+  float* pp = ptr(partials);
+  {
+    const BlasThreads blas(team > 1 ? 1 : threads_);
+    run_chunks(team, groups, [&](int t, int64_t gs, int64_t ge) {
+      float* cols = direct ? nullptr : ptr(scratch) + t * ckk * ohw;
+      for (int64_t gi = gs; gi < ge; ++gi) {
+        float* gdw = pp + gi * part;
+        float* gdb = gdw + w_size;
+        const int64_t first = g.n * gi / groups, last = g.n * (gi + 1) / groups;
+        for (int64_t i = first; i < last; ++i) {
+          const float* xi = px + i * in_size;
+          const float* dyi = pdy + i * oc * ohw;
+          if (!direct) im2col_planes(xi, cols, ohw, g, 0, g.c);
+          // dw_g (OC, CKK) (+)= dy_i (OC, ohw) * cols_i^T (ohw, CKK)
+          sgemm(false, true, oc, ckk, ohw, dyi, ohw, direct ? xi : cols, ohw, i == first ? 0.0f : 1.0f, gdw, ckk);
+          for (int64_t o = 0; o < oc; ++o) {
+            const float* __restrict plane = dyi + o * ohw;
+            float acc = 0.f;
+#pragma omp simd reduction(+ : acc)
+            for (int64_t k = 0; k < ohw; ++k) acc += plane[k];
+            gdb[o] = i == first ? acc : gdb[o] + acc;
+          }
+          if (pdx == nullptr) continue;
+          // dcols_i (CKK, ohw) = W^T (CKK, OC) * dy_i (OC, ohw), scattered into dx_i
+          float* dxi = pdx + i * in_size;
+          sgemm(true, false, ckk, ohw, oc, pw, ckk, dyi, ohw, 0.0f, direct ? dxi : cols, ohw);
+          if (!direct) col2im_planes(cols, ohw, dxi, g, 0, g.c);
+        }
+      }
+    });
+  }
+  float* pdw = ptr(dw);
+  float* pdb = ptr(db);
+  const int64_t total = pdb != nullptr ? part : w_size;
+  run_chunks(team_size(total, groups), total, [&](int, int64_t s, int64_t e) {
+    for (int64_t j = s; j < e; ++j) {
+      float acc = 0.f;
+      for (int64_t gi = 0; gi < groups; ++gi) acc += pp[gi * part + j];
+      if (j < w_size)
+        pdw[j] += acc;
+      else
+        pdb[j - w_size] += acc;
+    }
+  });
+}
+
+// ---------------------------------------------------------------------------------------------
 // pooling
 
 void CpuDevice::maxpool_forward(const Tensor& x, const Tensor& y, const Tensor& argmax, const Window2d& g) {
@@ -450,7 +585,8 @@ void CpuDevice::maxpool_forward(const Tensor& x, const Tensor& y, const Tensor& 
   const float neg_inf = -std::numeric_limits<float>::infinity();
   const auto better = [](float v, float best) { return v > best || (std::isnan(v) && !std::isnan(best)); };
   if (kh == 2 && kw == 2 && sh == 2 && sw == 2 && ph == 0 && pw == 0) {
-    // The common 2x2 / stride 2 pooling: every window lies inside the plane.
+    // The common 2x2 / stride 2 pooling: every window lies inside the plane. The
+    // comparisons are selects, not branches, so the loop over xo vectorises.
     run_chunks(team_size(planes, oh * ow * 4), planes, [&](int, int64_t s, int64_t e) {
       for (int64_t p = s; p < e; ++p) {
         const float* __restrict in = px + p * h * w;
@@ -459,20 +595,24 @@ void CpuDevice::maxpool_forward(const Tensor& x, const Tensor& y, const Tensor& 
         for (int64_t yo = 0; yo < oh; ++yo) {
           const float* __restrict r0 = in + 2 * yo * w;
           const float* __restrict r1 = r0 + w;
+          const float row = static_cast<float>(2 * yo * w);
+          const float fw = static_cast<float>(w);
+#pragma omp simd
           for (int64_t xo = 0; xo < ow; ++xo) {
-            const int64_t base = 2 * yo * w + 2 * xo;
-            const float cand[4] = {r0[2 * xo], r0[2 * xo + 1], r1[2 * xo], r1[2 * xo + 1]};
-            const int64_t where[4] = {base, base + 1, base + w, base + w + 1};
-            float best = cand[0];
-            int64_t best_i = where[0];
-            for (int q = 1; q < 4; ++q) {
-              if (better(cand[q], best)) {
-                best = cand[q];
-                best_i = where[q];
-              }
-            }
+            float best = r0[2 * xo], at = 0.f;
+            const float b = r0[2 * xo + 1], c = r1[2 * xo], d = r1[2 * xo + 1];
+            // better(v, best): v > best, or v is NaN and best is not (first NaN wins)
+            bool t = b > best || (b != b && best == best);
+            best = t ? b : best;
+            at = t ? 1.f : at;
+            t = c > best || (c != c && best == best);
+            best = t ? c : best;
+            at = t ? fw : at;
+            t = d > best || (d != d && best == best);
+            best = t ? d : best;
+            at = t ? fw + 1.f : at;
             out[yo * ow + xo] = best;
-            arg[yo * ow + xo] = static_cast<float>(best_i);
+            arg[yo * ow + xo] = row + static_cast<float>(2 * xo) + at;
           }
         }
       }

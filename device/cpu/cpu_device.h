@@ -3,15 +3,17 @@
 // CpuDevice is the ground truth every other backend is compared against. Its
 // memory is plain 64-byte aligned host memory (host_accessible() is true), so
 // upload/download are memcpy and every op runs synchronously on the caller's
-// thread plus an OpenMP team of `threads` threads for large loops. An optional
-// memory limit makes allocate() throw OutOfMemory once the limit would be
-// exceeded. Buffers may outlive the device (their accounting is shared).
-// OpenBLAS has one process-wide thread count: the most recently opened CpuDevice sets it.
+// thread plus an OpenMP team of `threads` threads for large loops. Memory comes
+// from a HostPool, which reuses released blocks; an optional memory limit makes
+// allocate() throw OutOfMemory once the limit would be exceeded. Buffers may
+// outlive the device (the pool is shared).
+// OpenBLAS has one process-wide thread count: the most recently opened CpuDevice sets it,
+// and the conv2d ops drop it to 1 while their OpenMP team runs (then put it back).
 #pragma once
 
-#include <atomic>
 #include <memory>
 
+#include "device/cpu/host_pool.h"
 #include "device/device.h"
 
 namespace cleave {
@@ -51,6 +53,10 @@ class CpuDevice final : public Device {
   void im2col(const Tensor& x, const Tensor& cols, const Window2d& g) override;
   void col2im(const Tensor& cols, const Tensor& dx, const Window2d& g) override;
   void swap_axes01(const Tensor& src, const Tensor& dst, int64_t a, int64_t b, int64_t r) override;
+  void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& y, const Window2d& g,
+                      int64_t oc) override;
+  void conv2d_backward(const Tensor& x, const Tensor& w, const Tensor& dy, const Tensor& dw, const Tensor& db,
+                       const Tensor& dx, const Window2d& g, int64_t oc) override;
 
   void maxpool_forward(const Tensor& x, const Tensor& y, const Tensor& argmax, const Window2d& g) override;
   void maxpool_backward(const Tensor& dy, const Tensor& argmax, const Tensor& dx, const Window2d& g) override;
@@ -80,7 +86,8 @@ class CpuDevice final : public Device {
   float sum_squares(const Tensor& t) override;
 
   int threads() const { return threads_; }
-  size_t bytes_in_use() const { return in_use_->load(); }
+  size_t bytes_in_use() const { return pool_->in_use(); }
+  size_t bytes_cached() const { return pool_->cached(); }  // released blocks kept for reuse (host_pool.h)
 
  private:
   // Number of threads worth using for n items of `cost` elementary operations each.
@@ -88,7 +95,7 @@ class CpuDevice final : public Device {
 
   int threads_ = 1;
   size_t limit_ = 0;
-  std::shared_ptr<std::atomic<size_t>> in_use_;
+  std::shared_ptr<HostPool> pool_;  // shared with the buffers, which may outlive the device
 };
 
 }  // namespace cleave

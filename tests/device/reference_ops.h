@@ -101,6 +101,54 @@ inline Vec swap_axes01(const Vec& src, int64_t a, int64_t b, int64_t r) {
   return dst;
 }
 
+// Direct convolution: y (n, oc, oh, ow) from x (n, c, h, w), w (oc, c*kh*kw) and
+// b (oc; empty = no bias), summed in double.
+inline Vec conv2d(const Vec& x, const Vec& w, const Vec& b, const Window2d& g, int64_t oc) {
+  const int64_t oh = g.out_h(), ow = g.out_w();
+  Vec y(static_cast<size_t>(g.n * oc * oh * ow));
+  for (int64_t ni = 0; ni < g.n; ++ni)
+    for (int64_t o = 0; o < oc; ++o)
+      for (int64_t yo = 0; yo < oh; ++yo)
+        for (int64_t xo = 0; xo < ow; ++xo) {
+          double acc = b.empty() ? 0.0 : b[o];
+          for (int64_t ci = 0; ci < g.c; ++ci)
+            for (int64_t i = 0; i < g.kh; ++i)
+              for (int64_t j = 0; j < g.kw; ++j)
+                acc += static_cast<double>(w[((o * g.c + ci) * g.kh + i) * g.kw + j]) *
+                       at(x, g, ni, ci, yo * g.sh - g.ph + i, xo * g.sw - g.pw + j);
+          y[((ni * oc + o) * oh + yo) * ow + xo] = static_cast<float>(acc);
+        }
+  return y;
+}
+
+// Gradients of conv2d for dy (n, oc, oh, ow): dw (oc, c*kh*kw), db (oc), dx (n, c, h, w).
+inline void conv2d_backward(const Vec& x, const Vec& w, const Vec& dy, const Window2d& g, int64_t oc, Vec& dw,
+                            Vec& db, Vec& dx) {
+  const int64_t oh = g.out_h(), ow = g.out_w(), ckk = g.c * g.kh * g.kw;
+  std::vector<double> gw(static_cast<size_t>(oc * ckk)), gb(static_cast<size_t>(oc)),
+      gx(static_cast<size_t>(g.n * g.c * g.h * g.w));
+  for (int64_t ni = 0; ni < g.n; ++ni)
+    for (int64_t o = 0; o < oc; ++o)
+      for (int64_t yo = 0; yo < oh; ++yo)
+        for (int64_t xo = 0; xo < ow; ++xo) {
+          const double d = dy[((ni * oc + o) * oh + yo) * ow + xo];
+          gb[o] += d;
+          for (int64_t ci = 0; ci < g.c; ++ci)
+            for (int64_t i = 0; i < g.kh; ++i)
+              for (int64_t j = 0; j < g.kw; ++j) {
+                const int64_t iy = yo * g.sh - g.ph + i, ix = xo * g.sw - g.pw + j;
+                if (iy < 0 || iy >= g.h || ix < 0 || ix >= g.w) continue;
+                const int64_t wi = (o * g.c + ci) * g.kh * g.kw + i * g.kw + j;
+                const int64_t xi = ((ni * g.c + ci) * g.h + iy) * g.w + ix;
+                gw[wi] += d * x[xi];
+                gx[xi] += d * w[wi];
+              }
+        }
+  dw.assign(gw.begin(), gw.end());
+  db.assign(gb.begin(), gb.end());
+  dx.assign(gx.begin(), gx.end());
+}
+
 // Max pooling: y and argmax (index in the input plane, first maximum in row-major window order).
 inline void maxpool(const Vec& x, const Window2d& g, Vec& y, Vec& arg) {
   const int64_t oh = g.out_h(), ow = g.out_w();

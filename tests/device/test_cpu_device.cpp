@@ -437,6 +437,109 @@ TEST_CASE("im2col and col2im", "[device][conv]") {
   }
 }
 
+namespace {
+
+// What conv2d_forward and conv2d_backward produce for one geometry.
+struct ConvResult {
+  Vec y, dw, db, dx;
+};
+
+// Runs both conv2d ops on dev with seeded inputs; dw and db start from seeded
+// values (the ops accumulate), dx from NaN (overwritten). `lowering` calls the
+// portable Device implementation instead of the backend's own.
+ConvResult run_conv(Device& dev, const Window2d& g, int64_t oc, bool bias, bool want_dx, bool lowering) {
+  const int64_t ckk = g.c * g.kh * g.kw, ohw = g.out_h() * g.out_w();
+  Tensor x = make(dev, random_vec(static_cast<size_t>(g.n * g.c * g.h * g.w), 71), {g.n, g.c, g.h, g.w});
+  Tensor w = make(dev, random_vec(static_cast<size_t>(oc * ckk), 72), {oc, ckk});
+  Tensor b = bias ? make(dev, random_vec(static_cast<size_t>(oc), 73)) : Tensor();
+  Tensor y = make(dev, Vec(static_cast<size_t>(g.n * oc * ohw), NAN), {g.n, oc, ohw});
+  Tensor dy = make(dev, random_vec(static_cast<size_t>(g.n * oc * ohw), 74), {g.n, oc, ohw});
+  Tensor dw = make(dev, random_vec(static_cast<size_t>(oc * ckk), 75), {oc, ckk});
+  Tensor db = bias ? make(dev, random_vec(static_cast<size_t>(oc), 76)) : Tensor();
+  Tensor dx = want_dx ? make(dev, Vec(static_cast<size_t>(g.n * g.c * g.h * g.w), NAN), {g.n, g.c, g.h, g.w})
+                      : Tensor();
+  if (lowering) {
+    dev.Device::conv2d_forward(x, w, b, y, g, oc);
+    dev.Device::conv2d_backward(x, w, dy, dw, db, dx, g, oc);
+  } else {
+    dev.conv2d_forward(x, w, b, y, g, oc);
+    dev.conv2d_backward(x, w, dy, dw, db, dx, g, oc);
+  }
+  return {y.to_host(), dw.to_host(), bias ? db.to_host() : Vec(), want_dx ? dx.to_host() : Vec()};
+}
+
+// conv_windows() plus batches large enough for several samples per gradient group
+// and a 1x1 window with stride 1 (which skips im2col on the CPU).
+std::vector<Window2d> conv_op_windows() {
+  std::vector<Window2d> out = conv_windows();
+  out.push_back({40, 3, 6, 6, 3, 3, 1, 1, 1, 1});
+  out.push_back({17, 2, 5, 4, 2, 2, 2, 1, 0, 1});
+  out.push_back({5, 6, 7, 7, 1, 1, 1, 1, 0, 0});
+  return out;
+}
+
+// The reference result, with dw and db accumulated onto run_conv's starting values.
+ConvResult reference_conv(const Window2d& g, int64_t oc, bool bias, bool want_dx) {
+  const int64_t ckk = g.c * g.kh * g.kw;
+  const Vec x = random_vec(static_cast<size_t>(g.n * g.c * g.h * g.w), 71);
+  const Vec w = random_vec(static_cast<size_t>(oc * ckk), 72);
+  const Vec dy = random_vec(static_cast<size_t>(g.n * oc * g.out_h() * g.out_w()), 74);
+  ConvResult r;
+  r.y = ref::conv2d(x, w, bias ? random_vec(static_cast<size_t>(oc), 73) : Vec(), g, oc);
+  Vec dw, db, dx;
+  ref::conv2d_backward(x, w, dy, g, oc, dw, db, dx);
+  r.dw = random_vec(static_cast<size_t>(oc * ckk), 75);
+  for (size_t i = 0; i < dw.size(); ++i) r.dw[i] += dw[i];
+  if (bias) {
+    r.db = random_vec(static_cast<size_t>(oc), 76);
+    for (size_t i = 0; i < db.size(); ++i) r.db[i] += db[i];
+  }
+  if (want_dx) r.dx = dx;
+  return r;
+}
+
+void require_close_conv(const ConvResult& got, const ConvResult& want) {
+  require_close(got.y, want.y, 1e-4f, 1e-4f);
+  require_close(got.dw, want.dw, 1e-4f, 1e-4f);
+  require_close(got.db, want.db, 1e-4f, 1e-4f);
+  require_close(got.dx, want.dx, 1e-4f, 1e-4f);
+}
+
+}  // namespace
+
+TEST_CASE("conv2d forward and backward against a direct convolution", "[device][conv]") {
+  for (auto& dev : devices()) {
+    for (const Window2d& g : conv_op_windows()) {
+      for (int64_t oc : {1, 5, 16}) {
+        for (bool bias : {true, false}) {
+          const bool want_dx = oc != 5;  // the first layer of a model wants no dx
+          INFO(dev->name() << " " << describe(g) << " oc " << oc << (bias ? " bias" : "") << (want_dx ? " dx" : ""));
+          const ConvResult want = reference_conv(g, oc, bias, want_dx);
+          require_close_conv(run_conv(*dev, g, oc, bias, want_dx, false), want);
+          require_close_conv(run_conv(*dev, g, oc, bias, want_dx, true), want);  // the portable lowering
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("conv2d gives the same bits on 1, 2 and 3 threads", "[device][conv]") {
+  // Weight gradients are summed in groups fixed by the batch size, not the team.
+  CpuDevice one{DeviceOptions{1, 0, 0, ""}}, two{DeviceOptions{2, 0, 0, ""}}, three{DeviceOptions{3, 0, 0, ""}};
+  for (const Window2d& g : conv_op_windows()) {
+    if (g.n < 2) continue;
+    INFO(describe(g));
+    const ConvResult a = run_conv(one, g, 16, true, true, false);
+    for (CpuDevice* dev : {&two, &three}) {
+      const ConvResult b = run_conv(*dev, g, 16, true, true, false);
+      CHECK(a.y == b.y);
+      CHECK(a.dw == b.dw);
+      CHECK(a.db == b.db);
+      CHECK(a.dx == b.dx);
+    }
+  }
+}
+
 TEST_CASE("swap_axes01", "[device][conv]") {
   for (auto& dev : devices()) {
     for (auto [a, b, r] : {std::tuple<int64_t, int64_t, int64_t>{1, 1, 1}, {3, 5, 1}, {7, 4, 3}, {40, 70, 1},

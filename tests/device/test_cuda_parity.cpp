@@ -21,7 +21,7 @@
 //          within 1): GELU, tanh, softmax cross-entropy, Adam (bias-corrected,
 //          5 steps), sum_squares (both sum in double)
 //   1e-4   reductions in a different order over up to ~1000 terms: GEMM (cuBLAS vs
-//          OpenBLAS), bias gradients, layer norm forward and backward, mse loss
+//          OpenBLAS), conv2d, bias gradients, layer norm forward and backward, mse loss
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -400,6 +400,33 @@ TEST_CASE("cuda parity: im2col, col2im, swap_axes01", "[cuda][device]") {
         both([&](Device& d, Side s) { d.swap_axes01(src[s], dst[s], a, bb, r); });
         expect_parity("swap_axes01 " + dims({a, bb, r}), dst, kExact);
       }
+}
+
+TEST_CASE("cuda parity: conv2d forward and backward", "[cuda][device]") {
+  // The CUDA device runs the portable lowering (im2col + cuBLAS); the CPU its own per-sample form.
+  CUDA_OR_SKIP(b);
+  uint32_t seed = 350;
+  for (const Window2d& g : windows()) {
+    for (int64_t oc : {1, 7}) {
+      const int64_t ckk = g.c * g.kh * g.kw, ohw = g.out_h() * g.out_w();
+      const bool bias = oc == 7;
+      const std::string w = " " + window_str(g) + " oc" + std::to_string(oc);
+      Twin x(random_vec(static_cast<size_t>(g.n * g.c * g.h * g.w), ++seed));
+      Twin wt(random_vec(static_cast<size_t>(oc * ckk), ++seed));
+      Twin bb = bias ? Twin(random_vec(static_cast<size_t>(oc), ++seed)) : Twin();
+      Twin y(Vec(static_cast<size_t>(g.n * oc * ohw), 7.f));
+      both([&](Device& d, Side s) { d.conv2d_forward(x[s], wt[s], bb[s], y[s], g, oc); });
+      expect_parity("conv2d_forward" + w, y, kReduction);
+      Twin dy(random_vec(static_cast<size_t>(g.n * oc * ohw), ++seed));
+      Twin dw(random_vec(static_cast<size_t>(oc * ckk), ++seed));
+      Twin db = bias ? Twin(random_vec(static_cast<size_t>(oc), ++seed)) : Twin();
+      Twin dx(Vec(static_cast<size_t>(g.n * g.c * g.h * g.w), 9.f));  // overwritten
+      both([&](Device& d, Side s) { d.conv2d_backward(x[s], wt[s], dy[s], dw[s], db[s], dx[s], g, oc); });
+      expect_parity("conv2d_backward dw" + w, dw, kReduction);
+      if (bias) expect_parity("conv2d_backward db" + w, db, kReduction);
+      expect_parity("conv2d_backward dx" + w, dx, kReduction);
+    }
+  }
 }
 
 TEST_CASE("cuda parity: max and average pooling", "[cuda][device]") {

@@ -128,6 +128,27 @@ TEST_CASE("convolution helper checks", "[device][errors]") {
   CHECK_NOTHROW(check_im2col(dev, x, cols, g));
 }
 
+TEST_CASE("conv2d op checks", "[device][errors]") {
+  CpuDevice dev{DeviceOptions{1, 0, 0, ""}};
+  const Window2d g = window(2, 3, 4, 4, 3, 1, 1);  // x (2,3,4,4) -> y (2,5,4,4) with 5 out channels
+  Tensor x(dev, {2, 3, 4, 4}), w(dev, {5, 27}), b(dev, {5}), y(dev, {2, 5, 4, 4}), small(dev, {3});
+  CHECK_NOTHROW(check_conv2d_forward(dev, x, w, b, y, g, 5));
+  CHECK_NOTHROW(check_conv2d_forward(dev, x, w, Tensor(), y, g, 5));  // no bias
+  CHECK_NOTHROW(check_conv2d_backward(dev, x, w, y, w, Tensor(), Tensor(), g, 5));  // no db, no dx
+  CHECK_THAT(error_of([&] { dev.conv2d_forward(x, w, b, y, g, 0); }),
+             StartsWith("cpu conv2d_forward: ") && Contains("out channels must be > 0"));
+  CHECK_THAT(error_of([&] { dev.conv2d_forward(x, small, b, y, g, 5); }),
+             StartsWith("cpu conv2d_forward: ") && Contains("w (3) has 3 elements, needs 135"));
+  CHECK_THAT(error_of([&] { dev.conv2d_forward(x, w, small, y, g, 5); }),
+             StartsWith("cpu conv2d_forward: ") && Contains("b (3) has 3 elements, needs 5"));
+  CHECK_THAT(error_of([&] { dev.conv2d_backward(x, w, y, w, b, small, g, 5); }),
+             StartsWith("cpu conv2d_backward: ") && Contains("dx (3) has 3 elements, needs 96"));
+  CHECK_THAT(error_of([&] { dev.conv2d_backward(x, w, small, w, b, x, g, 5); }),
+             StartsWith("cpu conv2d_backward: ") && Contains("dy (3) has 3 elements, needs 160"));
+  CHECK_THAT(error_of([&] { dev.conv2d_forward(x, w, b, y, window(2, 3, 2, 2, 5, 1, 0), 5); }),
+             StartsWith("cpu conv2d_forward: ") && Contains("invalid window"));
+}
+
 TEST_CASE("swap_axes01 checks overlap the same way on every backend", "[device][errors]") {
   CpuDevice dev{DeviceOptions{1, 0, 0, ""}};
   Tensor buf(dev, {32});

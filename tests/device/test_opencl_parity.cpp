@@ -422,6 +422,34 @@ TEST_CASE("opencl im2col, col2im and swap_axes01", "[opencl]") {
   CHECK_THROWS_WITH(cl.im2col(x, cols, bad), Catch::Contains("invalid window"));
 }
 
+TEST_CASE("opencl conv2d forward and backward (the portable lowering) against the cpu's own", "[opencl]") {
+  CLEAVE_NEED_OPENCL();
+  Rig rig{cpu, cl, std::mt19937(53)};
+  std::vector<Window2d> windows;
+  windows.push_back(Window2d{5, 3, 8, 8, 3, 3, 1, 1, 1, 1});  // "same" 3x3
+  windows.push_back(Window2d{3, 4, 6, 5, 1, 1, 1, 1, 0, 0});  // pointwise
+  for (int i = 0; i < 6; ++i) windows.push_back(random_window(rig.rng));
+  for (const Window2d& g : windows) {
+    const int64_t oc = pick(rig.rng, 1, 9), ckk = g.c * g.kh * g.kw, oh = g.out_h(), ow = g.out_w();
+    const bool bias = oc % 2 == 1;
+    const std::string w = " " + window_str(g) + " oc" + std::to_string(oc);
+    Both x = rig.random({g.n, g.c, g.h, g.w}), wt = rig.random({oc, ckk});
+    Both b = bias ? rig.random({oc}) : Both{};
+    Both y = rig.garbage({g.n, oc, oh, ow});
+    cpu.conv2d_forward(x.a(), wt.a(), b.a(), y.a(), g, oc);
+    cl.conv2d_forward(x.b(), wt.b(), b.b(), y.b(), g, oc);
+    expect_close(y, Tol{1e-5, 2e-6 * static_cast<double>(ckk + 1)}, "conv2d_forward" + w);
+    Both dy = rig.random({g.n, oc, oh, ow}), dw = rig.random({oc, ckk});
+    Both db = bias ? rig.random({oc}) : Both{};
+    Both dx = rig.garbage({g.n, g.c, g.h, g.w});
+    cpu.conv2d_backward(x.a(), wt.a(), dy.a(), dw.a(), db.a(), dx.a(), g, oc);
+    cl.conv2d_backward(x.b(), wt.b(), dy.b(), dw.b(), db.b(), dx.b(), g, oc);
+    expect_close(dw, Tol{1e-5, 2e-6 * static_cast<double>(g.n * oh * ow + 1)}, "conv2d_backward dw" + w);
+    if (bias) expect_close(db, reduction_tol(db), "conv2d_backward db" + w);
+    expect_close(dx, Tol{1e-5, 2e-6 * static_cast<double>(oc * g.kh * g.kw + 1)}, "conv2d_backward dx" + w);
+  }
+}
+
 TEST_CASE("opencl max and average pooling, forward and backward", "[opencl]") {
   CLEAVE_NEED_OPENCL();
   Rig rig{cpu, cl, std::mt19937(61)};
