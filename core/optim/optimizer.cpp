@@ -189,55 +189,65 @@ void Optimizer::step(const Tensor& params, const Tensor& grads) {
 
 std::vector<Tensor> Optimizer::state() const { return state_; }
 
-std::vector<std::string> Optimizer::state_names() const {
-  if (config_.kind == "sgd") {
-    if (config_.momentum != 0) return {"momentum_buffer"};
+std::vector<std::string> Optimizer::state_names() const { return optimizer_state_names(config_); }
+
+nlohmann::json Optimizer::state_meta() const { return optimizer_state_meta(config_, steps_, param_count_); }
+
+void Optimizer::load_state(const nlohmann::json& meta, const std::vector<std::vector<float>>& blocks) {
+  const int64_t steps = check_optimizer_state(config_, param_count_, meta, blocks);
+  for (size_t i = 0; i < blocks.size(); ++i) state_[i].from_host(blocks[i]);
+  steps_ = steps;
+}
+
+std::vector<std::string> optimizer_state_names(const OptimizerConfig& config) {
+  if (config.kind == "sgd") {
+    if (config.momentum != 0) return {"momentum_buffer"};
     return {};
   }
   return {"exp_avg", "exp_avg_sq"};
 }
 
-nlohmann::json Optimizer::state_meta() const {
-  return {{"kind", config_.kind},
-          {"steps_taken", steps_},
-          {"param_count", param_count_},
-          {"buffers", state_names()},
-          {"config", config_.to_json()}};
+nlohmann::json optimizer_state_meta(const OptimizerConfig& config, int64_t steps_taken, int64_t param_count) {
+  return {{"kind", config.kind},
+          {"steps_taken", steps_taken},
+          {"param_count", param_count},
+          {"buffers", optimizer_state_names(config)},
+          {"config", config.to_json()}};
 }
 
-void Optimizer::load_state(const nlohmann::json& meta, const std::vector<std::vector<float>>& blocks) {
+int64_t check_optimizer_state(const OptimizerConfig& config, int64_t param_count, const nlohmann::json& meta,
+                              const std::vector<std::vector<float>>& blocks) {
   const auto field = [&](const char* key) -> const nlohmann::json& {
     if (!meta.is_object() || !meta.contains(key))
       invalid("load_state: optimizer state has no '" + std::string(key) + "' field");
     return meta.at(key);
   };
   const auto& kind = field("kind");
-  if (!kind.is_string() || kind.get<std::string>() != config_.kind)
+  if (!kind.is_string() || kind.get<std::string>() != config.kind)
     invalid("load_state: the checkpoint holds " + kind.dump() + " optimizer state but this optimizer is '" +
-            config_.kind + "'");
+            config.kind + "'");
   const auto& steps = field("steps_taken");
   if (!steps.is_number_integer() || steps.get<int64_t>() < 0)
     invalid("load_state: steps_taken must be an integer >= 0, got " + steps.dump());
   const auto& count = field("param_count");
-  if (!count.is_number_integer() || count.get<int64_t>() != param_count_)
+  if (!count.is_number_integer() || count.get<int64_t>() != param_count)
     invalid("load_state: the checkpoint's optimizer state is for " + count.dump() +
-            " parameters, this model has " + std::to_string(param_count_));
+            " parameters, this model has " + std::to_string(param_count));
   const auto& buffers = field("buffers");
-  const std::vector<std::string> names = state_names();
+  const std::vector<std::string> names = optimizer_state_names(config);
   if (!buffers.is_array() || buffers != nlohmann::json(names))
     invalid("load_state: the checkpoint's optimizer buffers are " + buffers.dump() + ", this optimizer needs " +
             nlohmann::json(names).dump() + " (was momentum changed?)");
-  const size_t expected = param_count_ > 0 ? names.size() : 0;
+  const size_t expected = param_count > 0 ? names.size() : 0;
   if (blocks.size() != expected)
     invalid("load_state: expected " + std::to_string(expected) + " state blocks, got " +
             std::to_string(blocks.size()));
   for (size_t i = 0; i < blocks.size(); ++i) {
-    if (static_cast<int64_t>(blocks[i].size()) != param_count_)
+    if (static_cast<int64_t>(blocks[i].size()) != param_count)
       invalid("load_state: state block '" + names[i] + "' has " + std::to_string(blocks[i].size()) +
-              " floats, expected " + std::to_string(param_count_));
+              " floats, expected " + std::to_string(param_count));
   }
-  for (size_t i = 0; i < blocks.size(); ++i) state_[i].from_host(blocks[i]);
-  steps_ = steps.get<int64_t>();
+  return steps.get<int64_t>();
 }
 
 }  // namespace cleave

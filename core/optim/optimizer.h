@@ -58,6 +58,18 @@ struct OptimizerConfig {
 std::vector<std::string> optimizer_kinds();
 std::vector<std::string> lr_schedules();
 
+// The state an optimizer of `config` keeps per parameter, by PyTorch's names:
+// {} for sgd without momentum, {momentum_buffer}, or {exp_avg, exp_avg_sq}.
+std::vector<std::string> optimizer_state_names(const OptimizerConfig& config);
+// The checkpoint meta of such an optimizer over `param_count` parameters after
+// `steps_taken` steps: {"kind", "steps_taken", "param_count", "buffers", "config"}.
+nlohmann::json optimizer_state_meta(const OptimizerConfig& config, int64_t steps_taken, int64_t param_count);
+// Checks saved state against an optimizer of `config` over `param_count`
+// parameters (kind, buffers, sizes; `blocks` in optimizer_state_names order) and
+// returns its steps_taken. Throws std::invalid_argument saying what differs.
+int64_t check_optimizer_state(const OptimizerConfig& config, int64_t param_count, const nlohmann::json& meta,
+                              const std::vector<std::vector<float>>& blocks);
+
 class Optimizer {
  public:
   // Validates `config` (std::invalid_argument) and allocates the state for a block of

@@ -23,6 +23,7 @@
 #include "core/planner/planner.h"
 #include "core/planner/profile.h"
 #include "core/runtime/peer_pool.h"
+#include "core/runtime/stage_state.h"
 #include "core/runtime/wire.h"
 #include "core/train/evaluate.h"
 #include "core/train/progress.h"
@@ -94,6 +95,9 @@ class Driver {
   // Planner input from the live devices: per-layer times, memory, links.
   Cluster profile_cluster(const ModelSpec& spec);
   void keep_reply(Received&& r);
+  // Every stage's parameters (stage s has counts[s]) in stage order, with their
+  // optimizer's `buffers` state blocks (0: weights only).
+  std::vector<StageState> gather_states(const std::vector<int64_t>& counts, size_t buffers);
   // Round-trip probes to `peer`: (one-way latency ms, bandwidth Mbit/s).
   std::pair<double, double> probe_link(const std::string& peer);
 
@@ -178,6 +182,26 @@ void Driver::keep_reply(Received&& r) {
     const uint64_t id = r.message.request_id;
     replies_[{r.peer, id}] = std::move(r);
   }
+}
+
+std::vector<StageState> Driver::gather_states(const std::vector<int64_t>& counts, size_t buffers) {
+  std::vector<StageState> out;
+  const bool with_optimizer = buffers > 0;
+  for (const auto& d : devices_) {
+    Message m = control(ControlCommand::kCheckpoint, {{"op", with_optimizer ? "state" : "weights"}});
+    m.request_id = 3000 + static_cast<uint64_t>(d.stage);
+    send(d.name, m);
+    Received r = wait_for_reply(d.name, m.request_id, with_optimizer ? "the state request" : "the weights request",
+                                Millis(60000));
+    try {
+      StageState s = read_stage_state(r.message, counts[static_cast<size_t>(d.stage)], buffers);
+      if (s.buffers.size() != buffers) throw std::invalid_argument("it holds no optimizer state");
+      out.push_back(std::move(s));
+    } catch (const std::exception& e) {
+      fail("device " + d.name + " sent an unusable state for stage " + std::to_string(d.stage) + ": " + e.what());
+    }
+  }
+  return out;
 }
 
 std::pair<double, double> Driver::probe_link(const std::string& peer) {
@@ -306,8 +330,8 @@ nlohmann::json Driver::run() {
   if (opts_.devices > spec.num_layers())
     fail(cfg_.model_path + " has " + std::to_string(spec.num_layers()) + " layers: it cannot be split over " +
          std::to_string(opts_.devices) + " devices");
-  if (!cfg_.save_path.empty() || !cfg_.load_path.empty() || !cfg_.init_path.empty())
-    fail("--save, --load and --init work with --local only in this version");
+  if (!cfg_.load_path.empty() && !cfg_.init_path.empty())
+    fail("--load and --init both say where training starts: give one of them");
 
   ServerOptions so;
   so.bind = opts_.listen;
@@ -414,6 +438,8 @@ nlohmann::json Driver::run() {
   ocfg.validate();
   const nlohmann::json training = {{"schedule", schedule_name(schedule)}, {"microbatches", cfg_.microbatches},
                                    {"batch", cfg_.batch}, {"seed", cfg_.seed}};
+  // --load / --init: read and check the file before any daemon is assigned.
+  const StartingPoint start = read_starting_point(cfg_, spec, ocfg, bounds);
   for (const auto& d : idle_) pool_->release(d.name);  // left unused by the planner: nothing to watch
   assigned_ = true;
   pool_->set_monitoring(true);
@@ -451,6 +477,18 @@ nlohmann::json Driver::run() {
       send(devices_[s].name, m);
       (void)wait_for_reply(devices_[s].name, m.request_id, "the connect request", Millis(30000));
     }
+    for (const StageState& st : start.stages) {  // weights (and optimizer state) to start from
+      const Message m = stage_state_message(st, 2500 + static_cast<uint64_t>(st.stage));
+      send(devices_[st.stage].name, m);
+      (void)wait_for_reply(devices_[st.stage].name, m.request_id, "its starting state", Millis(60000));
+    }
+    TrainPosition pos = start.position;
+    const std::vector<int64_t> stage_counts = stage_param_counts(spec, bounds);
+    const size_t optimizer_buffers = optimizer_state_names(ocfg).size();
+    auto save_checkpoint = [&] {
+      save_training_state(cfg_.save_path, assemble_training_state(cfg_, spec, ocfg, pos,
+                                                                  gather_states(stage_counts, optimizer_buffers)));
+    };
 
     // 4. Train.
     const bool classify = spec.loss == LossKind::cross_entropy;
@@ -458,11 +496,11 @@ nlohmann::json Driver::run() {
     const int64_t target_floats = classify ? 1 : numel(spec.output());
     nlohmann::json losses = nlohmann::json::array();
     ProgressBar bar(cfg_.progress);
-    int64_t samples = 0, step = 0;
+    int64_t samples = 0, step = pos.step;
     double train_seconds = 0;
     std::map<int64_t, int64_t> step_batch;
     std::vector<Clock::time_point> step_done;  // when each step's loss arrived
-    int64_t next_loss_step = 0;
+    int64_t next_loss_step = step;
     auto collect = [&](int64_t upto, Clock::time_point t_epoch, int64_t first_step_of_epoch, int64_t epoch_samples) {
       // Waits until the last stage reported every step < upto; records losses in order.
       while (next_loss_step < upto) {
@@ -482,13 +520,13 @@ nlohmann::json Driver::run() {
       }
     };
     bool stopped = false;
-    for (int64_t epoch = 0; epoch < cfg_.epochs && !stopped; ++epoch) {
+    for (int64_t epoch = pos.epoch; epoch < cfg_.epochs && !stopped; ++epoch) {
       loader.start_epoch(epoch);
       bar.begin(epoch + 1, cfg_.epochs, per_epoch);
       const auto t_epoch = Clock::now();
       const int64_t first_step = step;
       int64_t epoch_samples = 0;
-      for (int64_t b = 0; b < per_epoch; ++b) {
+      for (int64_t b = (epoch == start.position.epoch ? start.position.batch : 0); b < per_epoch; ++b) {
         if (cfg_.max_steps >= 0 && step >= cfg_.max_steps) {
           stopped = true;
           break;
@@ -514,11 +552,21 @@ nlohmann::json Driver::run() {
         samples += batch.size;
         epoch_samples += batch.size;
         ++step;
+        pos.step = step;
+        pos.batch = b + 1;
         // Keep at most two steps in flight so the first stage can start the
         // next batch while the last one finishes this one.
         collect(step - 1, t_epoch, first_step, epoch_samples);
+        if (cfg_.save_every > 0 && !cfg_.save_path.empty() && step % cfg_.save_every == 0) {
+          collect(step, t_epoch, first_step, epoch_samples);  // every stage has applied this step
+          save_checkpoint();
+        }
       }
       collect(step, t_epoch, first_step, epoch_samples);
+      if (!stopped || pos.batch == per_epoch) {
+        pos.epoch = epoch + 1;
+        pos.batch = 0;
+      }
       train_seconds += seconds_since(t_epoch);
       char summary[64];
       std::snprintf(summary, sizeof summary, "%.1f s", seconds_since(t_epoch));
@@ -526,15 +574,15 @@ nlohmann::json Driver::run() {
     }
     current_step_ = step;
 
-    // 5. Gather the weights (stage blocks concatenate to the whole model's block).
+    // 5. Gather the weights (stage blocks concatenate to the whole model's block),
+    //    with the optimizer state when there is a checkpoint to write.
     std::vector<float> params;
-    for (int s = 0; s < p; ++s) {
-      Message m = control(ControlCommand::kCheckpoint, {{"op", "weights"}});
-      m.request_id = 3000 + s;
-      send(devices_[s].name, m);
-      Received r = wait_for_reply(devices_[s].name, m.request_id, "the weights request", Millis(60000));
-      std::vector<float> w = weights_values(r.message);
-      params.insert(params.end(), w.begin(), w.end());
+    if (!cfg_.save_path.empty()) {
+      TrainingState st = assemble_training_state(cfg_, spec, ocfg, pos, gather_states(stage_counts, optimizer_buffers));
+      save_training_state(cfg_.save_path, st);
+      params = std::move(st.params);
+    } else {
+      for (const StageState& s : gather_states(stage_counts, 0)) params.insert(params.end(), s.params.begin(), s.params.end());
     }
     auto cpu = open_device("cpu", DeviceOptions{});
     Partition whole(*cpu, spec, 0, spec.num_layers());
@@ -594,7 +642,8 @@ nlohmann::json Driver::run() {
     out["schedule"] = schedule_name(schedule);
     out["encoding"] = encoding_name(encoding);
     out["seed"] = cfg_.seed;
-    out["steps"] = step;
+    out["start_step"] = start.position.step;
+    out["steps"] = step - start.position.step;
     out["losses"] = losses;
     out["test_accuracy"] = ev.accuracy;
     out["test_loss"] = ev.loss;
@@ -626,7 +675,8 @@ nlohmann::json Driver::run() {
       // The planner predicts the steady state: compare with the median time
       // between consecutive steps' completions (the first step's set-up and
       // warm-up excluded); the plain mean over the run is reported beside it.
-      const double mean = step > 0 ? train_seconds / static_cast<double>(step) : 0.0;
+      const int64_t run_steps = step - start.position.step;
+      const double mean = run_steps > 0 ? train_seconds / static_cast<double>(run_steps) : 0.0;
       std::vector<double> gaps;
       for (size_t i = 1; i < step_done.size(); ++i)
         gaps.push_back(std::chrono::duration<double>(step_done[i] - step_done[i - 1]).count());

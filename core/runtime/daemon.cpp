@@ -22,6 +22,7 @@
 #include "core/runtime/memory_estimate.h"
 #include "core/runtime/probe.h"
 #include "core/runtime/split_job.h"
+#include "core/runtime/stage_state.h"
 #include "core/runtime/wire.h"
 #include "transport/endpoint.h"
 #include "transport/keys.h"
@@ -223,6 +224,19 @@ int run_daemon(const DaemonOptions& opts_in, const std::atomic<bool>& stop) {
       ++jobs_done;
       continue;
     }
+    if (job) {
+      if (auto w = channel.take_weights(job->stage->index())) {  // a stage state to start from (--load, --init)
+        Stage& stage = *job->stage;
+        try {
+          const size_t buffers = stage.optimizer().state().size();
+          restore_stage_state(stage, read_stage_state(*w, stage.partition().param_count(), buffers));
+          channel.send(ack_message(w->request_id, {{"op", "load_state"}}));
+        } catch (const std::exception& e) {
+          channel.send(error_message(ErrorCode::kBadMessage, opts.name + " cannot load the stage state: " + e.what(),
+                                     w->request_id));
+        }
+      }
+    }
     while (auto cmd = channel.pop_command()) {
       const uint64_t rid = cmd->request_id;
       if (auto* a = std::get_if<AssignMsg>(&cmd->body)) {
@@ -422,17 +436,8 @@ int run_daemon(const DaemonOptions& opts_in, const std::atomic<bool>& stop) {
           msg.body = mm;
           channel.send(msg);
         } else if (c->command == ControlCommand::kCheckpoint) {
-          auto values = std::make_shared<std::vector<float>>(job->stage->partition().params().to_host());
-          WeightsMsg w;
-          w.stage = job->stage->index();
-          w.round = job->steps;
-          w.sample_count = 0;
-          w.num_elements = static_cast<int64_t>(values->size());
-          Message msg;
-          msg.request_id = rid;
-          msg.body = w;
-          msg.payloads.push_back(Payload::of_floats(values));
-          channel.send(msg);
+          // "weights": the parameters (to evaluate); "state": with the optimizer state (--save).
+          channel.send(stage_state_message(capture_stage_state(*job->stage, op == "state"), rid));
         } else {
           channel.send(error_message(ErrorCode::kBadMessage, "unknown control op '" + op + "'", rid));
         }
