@@ -253,10 +253,10 @@ int run_daemon(const DaemonOptions& opts_in, const std::atomic<bool>& stop) {
             continue;
           }
           const SplitJobContext ctx{*device, channel, keys, opts, stop};
-          const SplitJobEnd end = client_role ? run_split_client(ctx, fed->data(), opts.fed, *a, rid)
+          const JobEnd end = client_role ? run_split_client(ctx, fed->data(), opts.fed, *a, rid)
                                               : run_split_server(ctx, *a, rid);
-          if (end == SplitJobEnd::shutdown) return 0;
-          if (end == SplitJobEnd::refused) continue;
+          if (end == JobEnd::shutdown) return 0;
+          if (end == JobEnd::refused) continue;
           ++jobs_done;
           channel.clear_mailboxes();
           channel.heard_now();
@@ -269,9 +269,9 @@ int run_daemon(const DaemonOptions& opts_in, const std::atomic<bool>& stop) {
                                        "with --dataset and --shard i/N", rid));
             continue;
           }
-          const FedJobEnd end = fed->run(channel, *device, *a, rid, opts.name, opts.coordinator_timeout_ms, stop);
-          if (end == FedJobEnd::shutdown) return 0;
-          if (end == FedJobEnd::refused) continue;  // like a refused stage: not a job
+          const JobEnd end = fed->run(channel, *device, *a, rid, opts.name, opts.coordinator_timeout_ms, stop);
+          if (end == JobEnd::shutdown) return 0;
+          if (end == JobEnd::refused) continue;  // like a refused stage: not a job
           ++jobs_done;
           channel.clear_mailboxes();
           channel.heard_now();

@@ -112,36 +112,20 @@ class FedJob {
     global_ = Tensor(device_, {model_->param_count()});
   }
 
-  FedJobEnd serve() {
-    for (;;) {
-      if (auto end = pump(Millis(100))) return *end;
-      while (auto m = channel_.pop_command())
-        if (auto end = handle(*m)) return *end;
-    }
+  JobEnd serve() {
+    return serve_job(
+        serving(), [this] {
+          log(LogLevel::kInfo, "cleaved " + name_ + ": federated job finished after " + std::to_string(rounds_done_) +
+                                   " round(s)");
+          return nlohmann::json{{"rounds", rounds_done_}};
+        },
+        [this](const ControlMsg& c, uint64_t rid) { return handle(c, rid); });
   }
 
  private:
-  // Serves the connection for at most `timeout` (heartbeats answered,
-  // weights and commands filed by JobChannel). Returns how the job ends when
-  // it must end now.
-  std::optional<FedJobEnd> pump(Millis timeout) {
-    if (stop_) return FedJobEnd::abandoned;
-    channel_.poll(timeout);
-    if (channel_.silence() > Millis(timeout_ms_)) {
-      log(LogLevel::kWarning, "cleaved " + name_ + ": federated job abandoned: the coordinator has been silent for " +
-                                  std::to_string(timeout_ms_) + " ms");
-      return FedJobEnd::abandoned;
-    }
-    return std::nullopt;
-  }
+  JobServing serving() const { return {channel_, name_, "federated job", timeout_ms_, stop_}; }
 
-  std::optional<FedJobEnd> handle(const Message& m) {
-    const uint64_t rid = m.request_id;
-    if (std::holds_alternative<AssignMsg>(m.body)) {
-      send(error_message(ErrorCode::kUnexpectedKind, name_ + " is already running a federated job", rid));
-      return std::nullopt;
-    }
-    const auto& c = std::get<ControlMsg>(m.body);
+  std::optional<JobEnd> handle(const ControlMsg& c, uint64_t rid) {
     nlohmann::json arg;
     try {
       arg = control_argument(c);
@@ -149,31 +133,23 @@ class FedJob {
       send(error_message(ErrorCode::kBadMessage, e.what(), rid));
       return std::nullopt;
     }
-    if (c.command == ControlCommand::kShutdown) {
-      send(ack_message(rid, {{"op", "shutdown"}}));
-      log(LogLevel::kInfo, "cleaved " + name_ + ": shutdown requested by the coordinator");
-      return FedJobEnd::shutdown;
-    }
-    if (c.command == ControlCommand::kStop) {
-      send(ack_message(rid, {{"op", "finish"}, {"rounds", rounds_done_}}));
-      log(LogLevel::kInfo, "cleaved " + name_ + ": federated job finished after " + std::to_string(rounds_done_) + " round(s)");
-      return FedJobEnd::finished;
-    }
     const std::string op = arg.value("op", std::string());
     if (c.command != ControlCommand::kStart || op != "fed_round") {
       send(error_message(ErrorCode::kBadMessage, "unknown control op '" + op + "' in a federated job", rid));
       return std::nullopt;
     }
     try {
-      return round(arg, rid);
+      round(arg, rid);
     } catch (const std::exception& e) {
       send(error_message(ErrorCode::kInternal, name_ + ": federated round failed: " + e.what(), rid));
-      return std::nullopt;
     }
+    return std::nullopt;
   }
 
   // Trains on the shard from the global block of this round; sends weights + metrics.
-  std::optional<FedJobEnd> round(const nlohmann::json& arg, uint64_t rid) {
+  // A stop, a shutdown, a silent coordinator or a stopping daemon abandons the
+  // round; serve_job then ends the job.
+  void round(const nlohmann::json& arg, uint64_t rid) {
     const int64_t r = arg.at("round").get<int64_t>();
     const int epochs = arg.value("local_epochs", 1);
     const int64_t batch = arg.value("batch", training_.value("batch", static_cast<int64_t>(64)));
@@ -205,8 +181,11 @@ class FedJob {
       loader.start_epoch(e);
       for (int64_t b = 0; b < loader.batches_per_epoch(); ++b) {
         // Stay responsive: answer heartbeats, notice a stop.
-        if (auto end = pump(Millis(0))) return end;
-        if (channel_.stop_queued()) return std::nullopt;  // the round is abandoned; serve() handles the stop
+        channel_.poll(Millis(0));
+        if (const std::string why = job_interruption(serving()); !why.empty()) {
+          log(LogLevel::kWarning, "cleaved " + name_ + ": round " + std::to_string(r + 1) + " abandoned: " + why);
+          return;
+        }
         Batch bt = loader.get(b);
         Tensor x(device_, batched(bt.size, spec_.input));
         x.from_host(bt.x.data());
@@ -254,7 +233,6 @@ class FedJob {
     ++rounds_done_;
     log(LogLevel::kInfo, "cleaved " + name_ + ": round " + std::to_string(r + 1) + ": " + std::to_string(samples) +
                              " samples, local loss " + std::to_string(samples ? loss_sum / static_cast<double>(samples) : 0.0));
-    return std::nullopt;
   }
 
  public:
@@ -278,7 +256,7 @@ class FedJob {
 
 }  // namespace
 
-FedJobEnd FedClient::run(JobChannel& channel, Device& device, const AssignMsg& assign, uint64_t assign_request_id,
+JobEnd FedClient::run(JobChannel& channel, Device& device, const AssignMsg& assign, uint64_t assign_request_id,
                          const std::string& name, int coordinator_timeout_ms, const std::atomic<bool>& stop) {
   FedJob job(channel, device, data_, options_, name, coordinator_timeout_ms, stop);
   try {
@@ -286,7 +264,7 @@ FedJobEnd FedClient::run(JobChannel& channel, Device& device, const AssignMsg& a
   } catch (const std::exception& e) {
     log(LogLevel::kWarning, "cleaved " + name + ": refused federated job: " + e.what());
     job.send(error_message(ErrorCode::kRefused, e.what(), assign_request_id));
-    return FedJobEnd::refused;
+    return JobEnd::refused;
   }
   log(LogLevel::kInfo, "cleaved " + name + ": federated job started (" + std::to_string(data_.size()) + " local samples)");
   job.send(ack_message(assign_request_id, {{"op", "fed_setup"}, {"samples", data_.size()}}));

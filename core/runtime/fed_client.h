@@ -54,9 +54,6 @@ bool is_fed_assign(const transport::AssignMsg& assign);
 // on a size mismatch or a negative / non-finite mu.
 void add_proximal_term(Device& device, const Tensor& grads, const Tensor& params, const Tensor& global, float mu);
 
-// How a federated job ended.
-enum class FedJobEnd { finished, shutdown, abandoned, refused };
-
 class FedClient {
  public:
   // Loads the training split and keeps shard `options.shard`. Throws
@@ -74,7 +71,7 @@ class FedClient {
   // model does not fit the data or the device (refused: no job ran). Errors
   // within a round are reported to the coordinator as `error` messages; the
   // job goes on with the next round.
-  FedJobEnd run(JobChannel& channel, Device& device, const transport::AssignMsg& assign,
+  JobEnd run(JobChannel& channel, Device& device, const transport::AssignMsg& assign,
                 uint64_t assign_request_id, const std::string& name, int coordinator_timeout_ms,
                 const std::atomic<bool>& stop);
 

@@ -89,6 +89,48 @@ void JobChannel::send(const Message& m) {
                                 "' to the coordinator: " + s.failure().message);
 }
 
+std::string job_interruption(const JobServing& job) {
+  if (job.stop) return "the daemon is stopping";
+  if (job.channel.stop_queued()) return "the coordinator stopped the job";
+  if (job.channel.silence() > Millis(job.timeout_ms))
+    return "the coordinator has been silent for " + std::to_string(job.channel.silence().count()) + " ms";
+  return "";
+}
+
+JobEnd serve_job(const JobServing& job, const std::function<nlohmann::json()>& finish_detail,
+                 const std::function<std::optional<JobEnd>(const ControlMsg&, uint64_t)>& handle) {
+  JobChannel& channel = job.channel;
+  for (;;) {
+    if (job.stop) return JobEnd::abandoned;
+    channel.poll(Millis(100));
+    if (channel.silence() > Millis(job.timeout_ms)) {
+      log(LogLevel::kWarning, "cleaved " + job.name + ": " + job.what + " abandoned: the coordinator has been silent for " +
+                                  std::to_string(channel.silence().count()) + " ms");
+      return JobEnd::abandoned;
+    }
+    while (auto m = channel.pop_command()) {
+      const uint64_t rid = m->request_id;
+      if (std::holds_alternative<AssignMsg>(m->body)) {
+        channel.send(error_message(ErrorCode::kUnexpectedKind, job.name + " is already running a " + job.what, rid));
+        continue;
+      }
+      const auto& c = std::get<ControlMsg>(m->body);
+      if (c.command == ControlCommand::kShutdown) {
+        channel.send(ack_message(rid, {{"op", "shutdown"}}));
+        log(LogLevel::kInfo, "cleaved " + job.name + ": shutdown requested by the coordinator");
+        return JobEnd::shutdown;
+      }
+      if (c.command == ControlCommand::kStop) {
+        nlohmann::json detail = finish_detail();
+        detail["op"] = "finish";
+        channel.send(ack_message(rid, detail));
+        return JobEnd::finished;
+      }
+      if (auto end = handle(c, rid)) return *end;
+    }
+  }
+}
+
 Message error_message(ErrorCode code, const std::string& text, uint64_t request_id) {
   ErrorMsg e;
   e.code = code;

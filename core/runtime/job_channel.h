@@ -8,8 +8,10 @@
 // coordinator never sees the daemon fall silent.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <deque>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -62,6 +64,32 @@ class JobChannel {
   std::map<int, transport::Message> weights_;
   std::chrono::steady_clock::time_point last_heard_ = std::chrono::steady_clock::now();
 };
+
+// How a job served on a JobChannel ended (refused: the assignment was answered
+// with an error and no job ran).
+enum class JobEnd { finished, shutdown, abandoned, refused };
+
+// Who serves a job on the channel, for the loop below.
+struct JobServing {
+  JobChannel& channel;
+  std::string name;  // the daemon's name, for logs and errors
+  std::string what;  // "federated job", "split job"
+  int timeout_ms;    // --coordinator-timeout
+  const std::atomic<bool>& stop;
+};
+
+// Why a running job must give up now, or "" when it need not: the daemon is
+// stopping, the coordinator queued Stop or Shutdown, or it has been silent past
+// the timeout. For long work inside a command (a round, an epoch) to check.
+std::string job_interruption(const JobServing& job);
+
+// Serves the coordinator's commands until the job ends: another assignment is
+// refused ("NAME is already running a WHAT"), Shutdown and Stop are acknowledged
+// (Stop's ack carries {"op": "finish"} plus finish_detail()) and end the job,
+// every other control goes to `handle`, which may end it too. The job is
+// abandoned when the daemon stops or the coordinator is silent past the timeout.
+JobEnd serve_job(const JobServing& job, const std::function<nlohmann::json()>& finish_detail,
+                 const std::function<std::optional<JobEnd>(const transport::ControlMsg&, uint64_t request_id)>& handle);
 
 // An `error` reply for request `request_id`.
 transport::Message error_message(transport::ErrorCode code, const std::string& text, uint64_t request_id);

@@ -103,16 +103,16 @@ class SplitClient {
             {"batches_per_epoch", loader_->batches_per_epoch()}, {"test_batches", test_batches()}};
   }
 
-  SplitJobEnd serve() {
-    return serve_split_commands(
-        ctx_, [this] { return nlohmann::json{{"steps", train_steps_}}; },
+  JobEnd serve() {
+    return serve_job(
+        split_serving(ctx_), [this] { return nlohmann::json{{"steps", train_steps_}}; },
         [this](const ControlMsg& c, uint64_t rid) { return handle(c, rid); });
   }
 
  private:
   int64_t test_batches() const { return (test_.size() + eval_batch_ - 1) / eval_batch_; }
 
-  std::optional<SplitJobEnd> handle(const ControlMsg& c, uint64_t rid) {
+  std::optional<JobEnd> handle(const ControlMsg& c, uint64_t rid) {
     try {
       if (c.command == ControlCommand::kCheckpoint) {  // SplitFed: hand the client-side blocks in for averaging
         send_weights(0, *front_, rid);
@@ -140,7 +140,7 @@ class SplitClient {
       ctx_.channel.send(ack_message(rid, done));
     } catch (const SplitJobAborted& e) {
       log(LogLevel::kWarning, "cleaved " + ctx_.options.name + ": split job ended: " + e.what());
-      return ctx_.stop ? SplitJobEnd::abandoned : std::optional<SplitJobEnd>{};
+      return ctx_.stop ? JobEnd::abandoned : std::optional<JobEnd>{};
     } catch (const std::exception& e) {
       ctx_.channel.send(error_message(ErrorCode::kInternal, ctx_.options.name + " (split client) failed: " + e.what(), rid));
     }
@@ -276,7 +276,7 @@ class SplitClient {
 
 }  // namespace
 
-SplitJobEnd run_split_client(const SplitJobContext& ctx, const Dataset& train, const FedClientOptions& data,
+JobEnd run_split_client(const SplitJobContext& ctx, const Dataset& train, const FedClientOptions& data,
                              const AssignMsg& assign, uint64_t request_id) {
   SplitClient client(ctx, train, data);
   nlohmann::json detail;
@@ -285,7 +285,7 @@ SplitJobEnd run_split_client(const SplitJobContext& ctx, const Dataset& train, c
   } catch (const std::exception& e) {
     log(LogLevel::kWarning, "cleaved " + ctx.options.name + ": refused split client job: " + e.what());
     ctx.channel.send(error_message(ErrorCode::kRefused, e.what(), request_id));
-    return SplitJobEnd::refused;
+    return JobEnd::refused;
   }
   ctx.channel.send(ack_message(request_id, detail));
   return client.serve();

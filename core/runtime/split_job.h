@@ -54,19 +54,16 @@ struct SplitJobContext {
   const std::atomic<bool>& stop;
 };
 
-// How a split job ended (refused: the assignment was answered with an error, no job ran).
-enum class SplitJobEnd { finished, shutdown, abandoned, refused };
-
 // The server role: hosts the layers after the cut (vanilla) or between the
 // cuts (U-shaped) for every client of the run. Acknowledges the assignment
 // with {"op": "split_setup", "endpoints": {client: endpoint}}.
-SplitJobEnd run_split_server(const SplitJobContext& ctx, const transport::AssignMsg& assign, uint64_t request_id);
+JobEnd run_split_server(const SplitJobContext& ctx, const transport::AssignMsg& assign, uint64_t request_id);
 
 // The client role: hosts the front (and, U-shaped, the tail) and trains on
 // `train`, the daemon's shard; evaluates on the same shard of the test split
 // (`data` says how to find and cut it). Acknowledges with
 // {"op": "split_setup", "samples", "test_samples", "batches_per_epoch"}.
-SplitJobEnd run_split_client(const SplitJobContext& ctx, const Dataset& train, const FedClientOptions& data,
+JobEnd run_split_client(const SplitJobContext& ctx, const Dataset& train, const FedClientOptions& data,
                              const transport::AssignMsg& assign, uint64_t request_id);
 
 }  // namespace cleave

@@ -22,43 +22,12 @@ const char* kind_key(TensorKind k) {
 
 }  // namespace
 
-void check_split_job_alive(const SplitJobContext& ctx) {
-  if (ctx.stop) throw SplitJobAborted("daemon is stopping");
-  if (ctx.channel.stop_queued()) throw SplitJobAborted("the coordinator stopped the job");
-  if (ctx.channel.silence() > Millis(ctx.options.coordinator_timeout_ms))
-    throw SplitJobAborted("the coordinator has been silent for " + std::to_string(ctx.channel.silence().count()) + " ms");
+JobServing split_serving(const SplitJobContext& ctx) {
+  return {ctx.channel, ctx.options.name, "split job", ctx.options.coordinator_timeout_ms, ctx.stop};
 }
 
-SplitJobEnd serve_split_commands(const SplitJobContext& ctx, const std::function<nlohmann::json()>& finish_detail,
-                                 const std::function<std::optional<SplitJobEnd>(const ControlMsg&, uint64_t)>& handle) {
-  for (;;) {
-    if (ctx.stop) return SplitJobEnd::abandoned;
-    ctx.channel.poll(Millis(100));
-    if (ctx.channel.silence() > Millis(ctx.options.coordinator_timeout_ms)) {
-      log(LogLevel::kWarning, "cleaved " + ctx.options.name + ": split job abandoned: the coordinator has been silent for " +
-                                  std::to_string(ctx.channel.silence().count()) + " ms");
-      return SplitJobEnd::abandoned;
-    }
-    while (auto m = ctx.channel.pop_command()) {
-      const uint64_t rid = m->request_id;
-      if (std::holds_alternative<AssignMsg>(m->body)) {
-        ctx.channel.send(error_message(ErrorCode::kUnexpectedKind, ctx.options.name + " is already running a split job", rid));
-        continue;
-      }
-      const auto& c = std::get<ControlMsg>(m->body);
-      if (c.command == ControlCommand::kShutdown) {
-        ctx.channel.send(ack_message(rid, {{"op", "shutdown"}}));
-        return SplitJobEnd::shutdown;
-      }
-      if (c.command == ControlCommand::kStop) {
-        nlohmann::json detail = finish_detail();
-        detail["op"] = "finish";
-        ctx.channel.send(ack_message(rid, detail));
-        return SplitJobEnd::finished;
-      }
-      if (auto end = handle(c, rid)) return *end;
-    }
-  }
+void check_split_job_alive(const SplitJobContext& ctx) {
+  if (const std::string why = job_interruption(split_serving(ctx)); !why.empty()) throw SplitJobAborted(why);
 }
 
 SplitLink::SplitLink(std::unique_ptr<TensorLink> link, std::string peer, const SplitJobContext& ctx)

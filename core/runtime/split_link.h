@@ -31,14 +31,8 @@ struct SplitJobAborted : std::runtime_error {
 // Throws SplitJobAborted when the job must end (see above).
 void check_split_job_alive(const SplitJobContext& ctx);
 
-// Serves the coordinator's commands until the job ends: another assignment
-// is refused, Shutdown and Stop are acknowledged (Stop's ack carries
-// {"op": "finish"} plus `finish_detail()`) and end the job, every other
-// control goes to `handle`, which may end it too. The job is abandoned when
-// the daemon stops or the coordinator is silent past --coordinator-timeout.
-SplitJobEnd serve_split_commands(
-    const SplitJobContext& ctx, const std::function<nlohmann::json()>& finish_detail,
-    const std::function<std::optional<SplitJobEnd>(const transport::ControlMsg&, uint64_t request_id)>& handle);
+// The split job as a JobChannel job (job_channel.h: serve_job, job_interruption).
+JobServing split_serving(const SplitJobContext& ctx);
 
 class SplitLink {
  public:

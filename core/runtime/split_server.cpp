@@ -81,9 +81,9 @@ class SplitServer {
     return endpoints;
   }
 
-  SplitJobEnd serve() {
-    return serve_split_commands(
-        ctx_, [this] { return nlohmann::json{{"received", received_record()}}; },
+  JobEnd serve() {
+    return serve_job(
+        split_serving(ctx_), [this] { return nlohmann::json{{"received", received_record()}}; },
         [this](const ControlMsg& c, uint64_t rid) { return handle(c, rid); });
   }
 
@@ -94,7 +94,7 @@ class SplitServer {
     int64_t train_steps = 0;  // training batches served (dropout seeds)
   };
 
-  std::optional<SplitJobEnd> handle(const ControlMsg& c, uint64_t rid) {
+  std::optional<JobEnd> handle(const ControlMsg& c, uint64_t rid) {
     nlohmann::json arg;
     try {
       arg = control_argument(c);
@@ -122,7 +122,7 @@ class SplitServer {
                                          {"received", received_record()}}));
     } catch (const SplitJobAborted& e) {
       log(LogLevel::kWarning, "cleaved " + ctx_.options.name + ": split job ended: " + e.what());
-      return ctx_.stop ? SplitJobEnd::abandoned : std::optional<SplitJobEnd>{};
+      return ctx_.stop ? JobEnd::abandoned : std::optional<JobEnd>{};
     } catch (const std::exception& e) {
       ctx_.channel.send(error_message(ErrorCode::kInternal, ctx_.options.name + " (split server) failed: " + e.what(), rid));
     }
@@ -189,7 +189,7 @@ class SplitServer {
 
 }  // namespace
 
-SplitJobEnd run_split_server(const SplitJobContext& ctx, const AssignMsg& assign, uint64_t request_id) {
+JobEnd run_split_server(const SplitJobContext& ctx, const AssignMsg& assign, uint64_t request_id) {
   SplitServer server(ctx);
   nlohmann::json endpoints;
   try {
@@ -197,7 +197,7 @@ SplitJobEnd run_split_server(const SplitJobContext& ctx, const AssignMsg& assign
   } catch (const std::exception& e) {
     log(LogLevel::kWarning, "cleaved " + ctx.options.name + ": refused split server job: " + e.what());
     ctx.channel.send(error_message(ErrorCode::kRefused, e.what(), request_id));
-    return SplitJobEnd::refused;
+    return JobEnd::refused;
   }
   ctx.channel.send(ack_message(request_id, {{"op", "split_setup"}, {"endpoints", endpoints}}));
   return server.serve();
