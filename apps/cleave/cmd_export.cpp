@@ -15,10 +15,10 @@ void add_export_command(CLI::App& root) {
   auto* cmd = root.add_subcommand("export", "Write a checkpoint's weights as safetensors (PyTorch layout)");
   auto ckpt = std::make_shared<std::string>();
   auto out = std::make_shared<std::string>();
-  cmd->add_option("--checkpoint", *ckpt, "Checkpoint written by `cleave train --save`")->required();
+  cmd->add_option("--checkpoint", *ckpt, "Checkpoint written by `cleave train --save` or `cleave fed --save`")->required();
   cmd->add_option("--out", *out, "Output .safetensors file")->required();
   cmd->callback([ckpt, out]() {
-    TrainingState st = load_training_state(*ckpt);
+    CheckpointWeights st = load_checkpoint_weights(*ckpt);
     ModelSpec spec = ModelSpec::parse(st.model, *ckpt);
     auto tensors = state_dict(spec, st.params);
     write_safetensors(*out, tensors, {{"format", "pt"}, {"model", spec.name}});

@@ -37,6 +37,11 @@ void add_fed_command(CLI::App& root) {
   cmd->add_option("--peer-timeout", o->peer_timeout_ms, "A client silent this many ms is dropped")
       ->capture_default_str();
   cmd->add_flag("--shutdown-clients", o->shutdown_clients, "Tell the clients to exit at the end");
+  cmd->add_option("--save", flags->config.save_path,
+                  "Write the global weights here after every round, atomically (a federated checkpoint)");
+  cmd->add_option("--load", flags->config.load_path,
+                  "Resume from a checkpoint written by cleave fed --save (--rounds counts its rounds too)");
+  cmd->add_option("--init", flags->config.init_path, "Start from weights in a safetensors file (PyTorch layout)");
   cmd->callback([cmd, flags, o, mu]() {
     // Flags of `cleave train` that mean nothing here: the clients own the training data.
     for (const char* name : {"--epochs", "--limit-train", "--max-steps", "--microbatches"})

@@ -15,10 +15,13 @@
 #include "core/data/dataset.h"
 #include "core/data/loader.h"
 #include "core/fed/strategy.h"
+#include "core/io/safetensors.h"
+#include "core/io/state_dict.h"
 #include "core/model/partition.h"
 #include "core/runtime/peer_pool.h"
 #include "core/runtime/wire.h"
 #include "core/train/evaluate.h"
+#include "core/train/train_checkpoint.h"
 #include "core/util/rng.h"
 #include "transport/endpoint.h"
 #include "transport/keys.h"
@@ -122,8 +125,8 @@ nlohmann::json FedDriver::run() {
     for (int64_t i = lo; i < std::min<int64_t>(test.size(), lo + 1000); ++i) idx.push_back(i);
     test_chunks.push_back(subset(test, idx));
   }
-  if (!cfg_.save_path.empty() || !cfg_.load_path.empty())
-    fail("--save and --load are not supported by cleave fed in this version");
+  if (!cfg_.load_path.empty() && !cfg_.init_path.empty())
+    fail("--load and --init both say where training starts: give one of them");
 
   DeviceOptions dopts;
   dopts.threads = cfg_.threads;
@@ -131,7 +134,27 @@ nlohmann::json FedDriver::run() {
   Partition whole(*cpu, spec, 0, spec.num_layers());
   whole.init(cfg_.seed);
   const size_t param_count = static_cast<size_t>(whole.param_count());
+  // Where the rounds start: the seed's weights, --init's, or --load's after its rounds.
+  int start_round = 0;
+  if (!cfg_.load_path.empty()) {
+    FedState st = load_fed_state(cfg_.load_path);
+    check_saved_model(st.model, st.params.size(), spec, whole.param_count(), cfg_.load_path);
+    if (st.rounds_done >= opts_.rounds)
+      fail(cfg_.load_path + " already holds " + std::to_string(st.rounds_done) + " round(s) and --rounds " +
+           std::to_string(opts_.rounds) + " counts every round, those included: ask for more");
+    whole.params().from_host(st.params);
+    start_round = static_cast<int>(st.rounds_done);
+  } else if (!cfg_.init_path.empty()) {
+    try {
+      whole.params().from_host(load_state_dict(spec, read_safetensors(cfg_.init_path)));
+    } catch (const std::invalid_argument& e) {  // key or shape mismatch: say which file
+      fail(cfg_.init_path + ": " + e.what());
+    }
+  }
   auto global = std::make_shared<std::vector<float>>(whole.params().to_host());
+  const nlohmann::json run_record = {{"strategy", fed_strategy_name(strategy)}, {"clients", opts_.clients},
+                                     {"fraction", opts_.fraction}, {"local_epochs", opts_.local_epochs},
+                                     {"batch", cfg_.batch}, {"optimizer", cfg_.optimizer.to_json()}};
 
   OptimizerConfig ocfg = cfg_.optimizer;
   ocfg.validate();
@@ -221,7 +244,7 @@ nlohmann::json FedDriver::run() {
     const double mu = strategy == FedStrategy::fedprox ? opts_.mu : 0.0;
     nlohmann::json rounds = nlohmann::json::array();
     EvalResult last_eval;
-    for (int r = 0; r < opts_.rounds; ++r) {
+    for (int r = start_round; r < opts_.rounds; ++r) {
       current_round_ = r;
       const auto t_round = Clock::now();
       std::vector<std::string> live;
@@ -359,6 +382,8 @@ nlohmann::json FedDriver::run() {
                            {"bytes_up", after.bytes_received - before.bytes_received},
                            {"seconds", seconds_since(t_round)}};
       rounds.push_back(rj);
+      if (!cfg_.save_path.empty())  // after every round: a stopped run loses at most the round in progress
+        save_fed_state(cfg_.save_path, FedState{spec.to_json(), run_record, r + 1, cfg_.seed, *global});
       if (cfg_.progress)
         std::fprintf(stderr, "cleave fed: round %d/%d: %zu of %zu client(s), local loss %.4f, test accuracy %.4f, %.1f s%s\n",
                      r + 1, opts_.rounds, agg.accepted.size(), sampled.size(), train_loss, last_eval.accuracy,
@@ -375,6 +400,7 @@ nlohmann::json FedDriver::run() {
     out["clients"] = opts_.clients;
     out["rounds"] = rounds;
     out["rounds_requested"] = opts_.rounds;
+    out["start_round"] = start_round;
     out["local_epochs"] = opts_.local_epochs;
     out["fraction"] = opts_.fraction;
     out["min_clients"] = opts_.min_clients;

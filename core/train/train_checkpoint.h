@@ -44,5 +44,32 @@ TrainingState load_training_state(const std::string& path);
 // throws std::runtime_error saying what differs.
 void check_state_matches(const TrainingState& state, const ModelSpec& spec, int64_t param_count,
                          const std::string& path);
+// The same check for any checkpoint's saved model JSON and parameter count.
+void check_saved_model(const nlohmann::json& saved_model, size_t saved_params, const ModelSpec& spec,
+                       int64_t param_count, const std::string& path);
+
+// What `cleave fed --save` writes after every round: the global weights after
+// `rounds_done` rounds. Clients start every round with a fresh optimizer and
+// seeded shuffles, so the weights and the round are all a resumed run needs.
+struct FedState {
+  nlohmann::json model;  // ModelSpec::to_json()
+  nlohmann::json run;    // the federated settings, for the record (strategy, clients, ...)
+  int64_t rounds_done = 0;
+  uint64_t seed = 0;
+  std::vector<float> params;
+};
+
+// Atomic write, like save_training_state.
+void save_fed_state(const std::string& path, const FedState& state);
+// Throws std::runtime_error naming the file for unreadable or corrupt files, and
+// for a training checkpoint (saying how to start a federated run from its weights).
+FedState load_fed_state(const std::string& path);
+
+// The model and weights of either kind of checkpoint (for `cleave export`).
+struct CheckpointWeights {
+  nlohmann::json model;
+  std::vector<float> params;
+};
+CheckpointWeights load_checkpoint_weights(const std::string& path);
 
 }  // namespace cleave

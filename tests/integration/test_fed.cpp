@@ -4,8 +4,9 @@
 // straggler is left behind at --round-timeout, NaN and
 // wrong-shape updates are rejected by every strategy while the round completes,
 // a round below K fails saying how many arrived, and only register / heartbeat
-// / ack / weights / metrics leave a client (no training sample). Plus unit
-// tests of the FedProx term and the --shard parser.
+// / ack / weights / metrics leave a client (no training sample), and a run
+// resumed from its --save checkpoint repeats the uninterrupted rounds. Plus
+// unit tests of the FedProx term and the --shard parser.
 #include <catch2/catch.hpp>
 
 #include <signal.h>
@@ -21,6 +22,7 @@
 #include "core/model/partition.h"
 #include "core/runtime/fed_client.h"
 #include "core/runtime/fed_coordinator.h"
+#include "core/train/train_checkpoint.h"
 #include "device/device.h"
 #include "integration/daemon_cluster.h"
 
@@ -346,4 +348,64 @@ TEST_CASE("a client refuses a model that does not match its data, and the run sa
   INFO(message);
   CHECK_THAT(message, Catch::Contains("dev1 refused the federated job") && Catch::Contains("(12)") &&
                           Catch::Contains("does not match its data"));
+}
+
+TEST_CASE("a federated run resumed from its checkpoint repeats the uninterrupted rounds", "[integration][fed][checkpoint]") {
+  if (!cleave::testing::fashion_mnist_installed()) {
+    WARN("Fashion-MNIST not installed: skipping");
+    return;
+  }
+  const int n = 2;
+  const int64_t limit = 600;
+  auto run = [&](const TrainConfig& cfg, int rounds) {
+    DaemonCluster cluster(n);
+    FedOptions o = fed_options(cluster, n);
+    o.rounds = rounds;
+    o.min_clients = n;
+    o.shutdown_clients = true;
+    o.on_listening = [&](const std::string& ep) {
+      for (int i = 1; i <= n; ++i) cluster.start(i, ep, client_flags(i, n, limit));
+    };
+    return train_federated(cfg, o);
+  };
+  DaemonCluster scratch(0);
+  const std::string ck = scratch.dir() + "/fed.ckpt";
+  const TrainConfig cfg = fed_config("models/mlp.json", 300);
+  const nlohmann::json whole = run(cfg, 3);
+  REQUIRE(whole["rounds"].size() == 3);
+
+  TrainConfig first = cfg;
+  first.save_path = ck;
+  const nlohmann::json part1 = run(first, 1);
+  const FedState saved = load_fed_state(ck);
+  CHECK(saved.rounds_done == 1);
+  CHECK(saved.seed == cfg.seed);
+  CHECK(saved.run["strategy"] == "fedavg");
+
+  TrainConfig second = cfg;
+  second.load_path = ck;
+  second.save_path = ck;  // overwritten after each round, atomically
+  const nlohmann::json part2 = run(second, 3);
+  CHECK(part2["start_round"] == 1);
+  REQUIRE(part2["rounds"].size() == 2);
+  // Fresh client optimizers every round and seeded sampling and shuffles: the
+  // global weights and the round number are the whole state.
+  const auto same_round = [](const nlohmann::json& a, const nlohmann::json& b) {
+    CHECK(a["round"] == b["round"]);
+    CHECK(a["accuracy"].get<double>() == b["accuracy"].get<double>());
+    CHECK(std::abs(a["loss"].get<double>() - b["loss"].get<double>()) <= 1e-6 * std::abs(b["loss"].get<double>()));
+  };
+  same_round(part1["rounds"][0], whole["rounds"][0]);
+  same_round(part2["rounds"][0], whole["rounds"][1]);
+  same_round(part2["rounds"][1], whole["rounds"][2]);
+  CHECK(load_fed_state(ck).rounds_done == 3);
+
+  // Refusals, before any client is waited for.
+  TrainConfig done = cfg;
+  done.load_path = ck;
+  CHECK_THROWS_WITH(run(done, 3), Catch::Contains("already holds 3 round(s)"));
+  TrainConfig other = fed_config("models/cnn.json", 300);
+  other.load_path = ck;
+  CHECK_THROWS_WITH(run(other, 4), Catch::Contains("different model"));
+  CHECK_THROWS_WITH(load_training_state(ck), Catch::Contains("cleave fed --load"));
 }
