@@ -53,6 +53,9 @@ class Conv2d final : public Layer {
     const float bound = 1.0f / std::sqrt(static_cast<float>(ckk()));
     for (float& v : out) v = rng.uniform(-bound, bound);
   }
+  // The portable lowering's columns plus its (OC, N*oh*ow) output or gradient copy;
+  // the CPU backend needs less (one sample's columns per thread).
+  int64_t workspace_floats_per_sample(const Shape&) const override { return (ckk() + oc_) * ohw(); }
   int64_t flops_per_sample(const Shape&) const override {
     return 2 * oc_ * ckk() * ohw() + (bias_ ? oc_ * ohw() : 0);
   }

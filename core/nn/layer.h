@@ -63,6 +63,9 @@ class Layer {
   virtual int64_t flops_per_sample(const Shape& in) const { return 0; }
   // Floats of context saved per sample by forward (beyond x and y), for memory plans.
   virtual int64_t saved_floats_per_sample(const Shape& in) const { return 0; }
+  // Floats per sample of temporaries forward or backward may hold while it runs
+  // (beyond x, y and their gradients; freed before it returns), for memory plans.
+  virtual int64_t workspace_floats_per_sample(const Shape& in) const { return 0; }
 
   // y = f(x). `training` switches dropout on. Fills ctx.saved as needed.
   virtual void forward(const Tensor& x, const Tensor& y, LayerContext& ctx, bool training) = 0;

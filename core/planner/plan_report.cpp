@@ -48,7 +48,8 @@ json profile_to_json(const ModelProfile& model) {
                       {"grad_bytes", l.grad_bytes},
                       {"optimizer_state_bytes", l.optimizer_state_bytes},
                       {"out_act_bytes", l.out_act_bytes},
-                      {"stash_bytes", l.stash_bytes}});
+                      {"stash_bytes", l.stash_bytes},
+                      {"workspace_bytes", l.workspace_bytes}});
   }
   return layers;
 }

@@ -72,7 +72,7 @@ CostModel::CostModel(const ModelProfile& model, const Cluster& cluster, const Pl
   for (int i = 0; i < n_; ++i) {
     const LayerProfile& l = model.layers[i];
     if (l.fwd_flops < 0 || l.bwd_flops < 0 || l.param_bytes < 0 || l.grad_bytes < 0 || l.optimizer_state_bytes < 0 ||
-        l.out_act_bytes < 0 || l.stash_bytes < 0)
+        l.out_act_bytes < 0 || l.stash_bytes < 0 || l.workspace_bytes < 0)
       throw PlanError("layer " + std::to_string(i) + " (" + l.type + "): negative FLOPs or bytes in its profile");
   }
   if (model.input_bytes_per_sample < 0) throw PlanError("negative model input size");
@@ -139,7 +139,7 @@ CostModel::CostModel(const ModelProfile& model, const Cluster& cluster, const Pl
     const LayerProfile& l = model.layers[i];
     prefix_fixed_[i + 1] = prefix_fixed_[i] + l.param_bytes + l.grad_bytes + l.optimizer_state_bytes;
     prefix_stash_[i + 1] = prefix_stash_[i] + l.stash_bytes;
-    work[i] = model.in_act_bytes(i) + l.out_act_bytes;
+    work[i] = model.in_act_bytes(i) + l.out_act_bytes + l.workspace_bytes;
   }
   working_max_.push_back(work);
   for (int span = 1; 2 * span <= n_; span *= 2) {

@@ -70,7 +70,8 @@ class CostModel {
   int64_t fixed_bytes(int begin, int end) const { return prefix_fixed_[end] - prefix_fixed_[begin]; }
   // Activation memory of a stage [begin, end) keeping `in_flight` micro-batches:
   // in_flight * mb * (sum of stash bytes + the stage's output) + mb * max over its
-  // layers of (input + output) (the working gradient buffers).
+  // layers of (input + output + workspace) (the working gradient buffers and a
+  // layer's temporaries).
   int64_t activation_bytes(int begin, int end, int in_flight) const;
   int64_t memory_bytes(int begin, int end, int in_flight) const {
     return fixed_bytes(begin, end) + activation_bytes(begin, end, in_flight);
@@ -92,7 +93,7 @@ class CostModel {
   std::vector<int64_t> prefix_fixed_, prefix_stash_;
   std::vector<int64_t> memory_;
   std::vector<double> link_alpha_, link_beta_;  // [from * d + to]: M * latency, seconds per byte (both incl. encoding)
-  std::vector<std::vector<int64_t>> working_max_;  // sparse table of max(in + out) per layer
+  std::vector<std::vector<int64_t>> working_max_;  // sparse table of max(in + out + workspace) per layer
 };
 
 struct StagePlan {

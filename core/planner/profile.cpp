@@ -33,6 +33,7 @@ ModelProfile profile_model(const ModelSpec& spec, const std::string& optimizer_k
     l.optimizer_state_bytes = state_mult * l.param_bytes;
     l.out_act_bytes = 4 * numel(spec.shapes[i + 1]);
     l.stash_bytes = 4 * (numel(in) + layer->saved_floats_per_sample(in));
+    l.workspace_bytes = 4 * layer->workspace_floats_per_sample(in);
     p.layers.push_back(std::move(l));
   }
   return p;

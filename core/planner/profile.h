@@ -37,6 +37,7 @@ struct LayerProfile {
   int64_t grad_bytes = 0;             // = param_bytes
   int64_t out_act_bytes = 0;          // per sample: the output, what crosses a cut after this layer
   int64_t stash_bytes = 0;            // per sample kept for backward: the input + saved context
+  int64_t workspace_bytes = 0;        // per sample of temporaries while the layer runs (conv columns)
 };
 
 struct ModelProfile {

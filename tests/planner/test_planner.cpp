@@ -6,6 +6,8 @@
 
 #include "core/planner/plan_report.h"
 #include "core/planner/planner.h"
+#include "core/planner/profile.h"
+#include "core/model/model_spec.h"
 #include "planner/random_problem.h"
 
 using namespace cleave;
@@ -157,6 +159,28 @@ TEST_CASE("a device with little memory gets less work", "[planner]") {
   CHECK(layers_on(p, "d1") <= 2);
   CHECK(layers_on(p, "d1") < 4);
   for (const StagePlan& st : p.stages) CHECK(st.memory_bytes <= st.memory_available);
+}
+
+TEST_CASE("a layer's workspace counts toward its stage's memory", "[planner]") {
+  ModelProfile m = uniform_model(4, 1000);
+  const CostModel before(m, equal_devices(2), PlanOptions{});
+  m.layers[2].workspace_bytes = 1 << 20;  // e.g. a convolution's columns, per sample
+  const CostModel after(m, equal_devices(2), PlanOptions{});
+  const int64_t mb = (PlanOptions{}.batch + PlanOptions{}.microbatches - 1) / PlanOptions{}.microbatches;
+  CHECK(after.memory_bytes(2, 4, 1) - before.memory_bytes(2, 4, 1) >= (int64_t{1} << 20) * mb - 2 * 4096 * mb);
+  CHECK(after.memory_bytes(0, 2, 1) == before.memory_bytes(0, 2, 1));  // stages without the layer are unchanged
+  // A device that fits layers [2, 4) without the workspace no longer takes layer 2.
+  Cluster c = equal_devices(2);
+  c.devices[1].memory_bytes = before.memory_bytes(2, 4, 1);
+  c.devices[0].gflops = 1;  // slow: the planner would rather give d1 half the model
+  const Plan p = plan(m, c, PlanOptions{});
+  for (const StagePlan& st : p.stages) {
+    CHECK(st.memory_bytes <= st.memory_available);
+    if (st.device_name == "d1") CHECK(st.begin > 2);
+  }
+  const ModelProfile cnn = profile_model(ModelSpec::load(std::string(CLEAVE_SOURCE_DIR) + "/models/cnn.json"), "sgd", 0);
+  CHECK(cnn.layers[3].workspace_bytes == 4 * (32 * 9 + 64) * 14 * 14);  // conv2: columns + output copy
+  CHECK(cnn.layers[1].workspace_bytes == 0);                            // relu
 }
 
 TEST_CASE("a slow device is left unused when it would be the bottleneck", "[planner]") {
