@@ -15,8 +15,6 @@
 #include "core/data/dataset.h"
 #include "core/data/loader.h"
 #include "core/fed/strategy.h"
-#include "core/io/safetensors.h"
-#include "core/io/state_dict.h"
 #include "core/model/partition.h"
 #include "core/runtime/peer_pool.h"
 #include "core/runtime/wire.h"
@@ -145,11 +143,7 @@ nlohmann::json FedDriver::run() {
     whole.params().from_host(st.params);
     start_round = static_cast<int>(st.rounds_done);
   } else if (!cfg_.init_path.empty()) {
-    try {
-      whole.params().from_host(load_state_dict(spec, read_safetensors(cfg_.init_path)));
-    } catch (const std::invalid_argument& e) {  // key or shape mismatch: say which file
-      fail(cfg_.init_path + ": " + e.what());
-    }
+    whole.params().from_host(load_init_weights(spec, cfg_.init_path));
   }
   auto global = std::make_shared<std::vector<float>>(whole.params().to_host());
   const nlohmann::json run_record = {{"strategy", fed_strategy_name(strategy)}, {"clients", opts_.clients},

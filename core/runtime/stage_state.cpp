@@ -5,8 +5,6 @@
 #include <stdexcept>
 #include <string>
 
-#include "core/io/safetensors.h"
-#include "core/io/state_dict.h"
 #include "core/nn/layer.h"
 #include "core/optim/optimizer.h"
 
@@ -113,11 +111,7 @@ StartingPoint read_starting_point(const TrainConfig& cfg, const ModelSpec& spec,
   for (int64_t n : counts) total += n;
   const auto stages = static_cast<int>(counts.size());
   if (!cfg.load_path.empty()) {
-    TrainingState st = load_training_state(cfg.load_path);
-    check_state_matches(st, spec, total, cfg.load_path);
-    if (st.batch_size != cfg.batch)
-      throw std::runtime_error(cfg.load_path + ": checkpoint was trained with --batch " + std::to_string(st.batch_size) +
-                               "; resume with the same batch size");
+    TrainingState st = load_resume_state(cfg.load_path, spec, total, cfg.batch);
     int64_t steps = 0;
     try {
       steps = check_optimizer_state(optimizer, total, st.optimizer_state, st.optimizer_blocks);
@@ -134,13 +128,7 @@ StartingPoint read_starting_point(const TrainConfig& cfg, const ModelSpec& spec,
       start.stages.push_back(std::move(state));
     }
   } else if (!cfg.init_path.empty()) {
-    std::vector<float> w;
-    try {
-      w = load_state_dict(spec, read_safetensors(cfg.init_path));
-    } catch (const std::invalid_argument& e) {  // key or shape mismatch: say which file
-      throw std::runtime_error(cfg.init_path + ": " + e.what());
-    }
-    const auto params = cut(w, counts);
+    const auto params = cut(load_init_weights(spec, cfg.init_path), counts);
     for (int s = 0; s < stages; ++s) start.stages.push_back(StageState{s, 0, params[static_cast<size_t>(s)], {}});
   }
   return start;

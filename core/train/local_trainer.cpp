@@ -8,8 +8,6 @@
 
 #include "core/data/dataset.h"
 #include "core/data/loader.h"
-#include "core/io/safetensors.h"
-#include "core/io/state_dict.h"
 #include "core/model/partition.h"
 #include "core/nn/loss.h"
 #include "core/train/evaluate.h"
@@ -50,22 +48,12 @@ nlohmann::json train_local(const TrainConfig& cfg) {
 
   TrainPosition pos;
   if (!cfg.load_path.empty()) {
-    TrainingState st = load_training_state(cfg.load_path);
-    check_state_matches(st, spec, model.param_count(), cfg.load_path);
-    if (st.batch_size != cfg.batch)
-      throw std::runtime_error(cfg.load_path + ": checkpoint was trained with --batch " + std::to_string(st.batch_size) +
-                               "; resume with the same batch size");
+    TrainingState st = load_resume_state(cfg.load_path, spec, model.param_count(), cfg.batch);
     model.params().from_host(st.params);
     opt.load_state(st.optimizer_state, st.optimizer_blocks);
     pos = st.position;
   } else if (!cfg.init_path.empty()) {
-    std::vector<float> w;
-    try {
-      w = load_state_dict(spec, read_safetensors(cfg.init_path));
-    } catch (const std::invalid_argument& e) {  // key or shape mismatch: say which file
-      throw std::runtime_error(cfg.init_path + ": " + e.what());
-    }
-    model.params().from_host(w);
+    model.params().from_host(load_init_weights(spec, cfg.init_path));
   } else {
     model.init(cfg.seed);
   }

@@ -4,6 +4,8 @@
 #include <stdexcept>
 
 #include "core/io/checkpoint.h"
+#include "core/io/safetensors.h"
+#include "core/io/state_dict.h"
 
 namespace cleave {
 
@@ -111,6 +113,23 @@ TrainingState load_training_state(const std::string& path) {
 void check_state_matches(const TrainingState& s, const ModelSpec& spec, int64_t param_count,
                          const std::string& path) {
   check_saved_model(s.model, s.params.size(), spec, param_count, path);
+}
+
+TrainingState load_resume_state(const std::string& path, const ModelSpec& spec, int64_t param_count, int64_t batch) {
+  TrainingState st = load_training_state(path);
+  check_state_matches(st, spec, param_count, path);
+  if (st.batch_size != batch)
+    throw std::runtime_error(path + ": checkpoint was trained with --batch " + std::to_string(st.batch_size) +
+                             "; resume with the same batch size");
+  return st;
+}
+
+std::vector<float> load_init_weights(const ModelSpec& spec, const std::string& path) {
+  try {
+    return load_state_dict(spec, read_safetensors(path));
+  } catch (const std::invalid_argument& e) {  // key or shape mismatch: say which file
+    throw std::runtime_error(path + ": " + e.what());
+  }
 }
 
 void check_saved_model(const nlohmann::json& saved_model, size_t saved_params, const ModelSpec& spec,

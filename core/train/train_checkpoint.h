@@ -44,6 +44,13 @@ TrainingState load_training_state(const std::string& path);
 // throws std::runtime_error saying what differs.
 void check_state_matches(const TrainingState& state, const ModelSpec& spec, int64_t param_count,
                          const std::string& path);
+// A checkpoint to resume `spec` (of `param_count` parameters) trained with batch
+// `batch` from: load_training_state plus check_state_matches plus the batch size.
+TrainingState load_resume_state(const std::string& path, const ModelSpec& spec, int64_t param_count, int64_t batch);
+// The parameter block of `spec` from a safetensors file (--init); key or shape
+// mismatches become std::runtime_error naming the file.
+std::vector<float> load_init_weights(const ModelSpec& spec, const std::string& path);
+
 // The same check for any checkpoint's saved model JSON and parameter count.
 void check_saved_model(const nlohmann::json& saved_model, size_t saved_params, const ModelSpec& spec,
                        int64_t param_count, const std::string& path);
