@@ -70,6 +70,9 @@ class Device {
   virtual void copy(const Tensor& src, const Tensor& dst) = 0;   // same numel
   virtual void fill(const Tensor& t, float value) = 0;
   virtual void synchronize() = 0;
+  // Gives memory the device keeps for reuse (released blocks) back to the
+  // system, e.g. when a daemon's job ends. Live tensors are untouched.
+  virtual void release_cached_memory() {}
 
   // --- dense linear algebra ----------------------------------------------------
   // C(m,n) = alpha * op(A) * op(B) + beta * C, row-major, op(X) = X or X^T.

@@ -43,6 +43,7 @@ class ProfilingDevice final : public Device {
   void copy(const Tensor& src, const Tensor& dst) override;
   void fill(const Tensor& t, float value) override;
   void synchronize() override { inner_->synchronize(); }
+  void release_cached_memory() override { inner_->release_cached_memory(); }
 
   void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const Tensor& a,
             int64_t lda, const Tensor& b, int64_t ldb, float beta, const Tensor& c, int64_t ldc) override;

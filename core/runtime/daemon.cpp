@@ -211,6 +211,7 @@ int run_daemon(const DaemonOptions& opts_in, const std::atomic<bool>& stop) {
     if (job && !why.empty()) warn(opts.name, "job ended: " + why);
     job.reset();
     channel.clear_mailboxes();
+    device->release_cached_memory();  // an idle daemon holds only what it needs
   };
 
   while (!stop && (opts.max_jobs < 0 || jobs_done < opts.max_jobs)) {
@@ -257,6 +258,7 @@ int run_daemon(const DaemonOptions& opts_in, const std::atomic<bool>& stop) {
                                               : run_split_server(ctx, *a, rid);
           if (end == JobEnd::shutdown) return 0;
           if (end == JobEnd::refused) continue;
+          device->release_cached_memory();
           ++jobs_done;
           channel.clear_mailboxes();
           channel.heard_now();
@@ -272,6 +274,7 @@ int run_daemon(const DaemonOptions& opts_in, const std::atomic<bool>& stop) {
           const JobEnd end = fed->run(channel, *device, *a, rid, opts.name, opts.coordinator_timeout_ms, stop);
           if (end == JobEnd::shutdown) return 0;
           if (end == JobEnd::refused) continue;  // like a refused stage: not a job
+          device->release_cached_memory();
           ++jobs_done;
           channel.clear_mailboxes();
           channel.heard_now();

@@ -26,6 +26,11 @@ HostPool::~HostPool() {
   drop_cache();
 }
 
+void HostPool::trim() {
+  std::lock_guard<std::mutex> lock(mu_);
+  drop_cache();
+}
+
 size_t HostPool::cached() const {
   std::lock_guard<std::mutex> lock(mu_);
   return cached_;

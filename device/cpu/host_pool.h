@@ -40,6 +40,9 @@ class HostPool {
   // Gives back a block from allocate(bytes) (same `bytes`).
   void release(void* block, size_t bytes);
 
+  // Frees every cached block (what the pool holds beyond the blocks in use).
+  void trim();
+
   size_t in_use() const { return in_use_.load(); }
   size_t cached() const;
   size_t limit() const { return limit_; }

@@ -62,6 +62,19 @@ TEST_CASE("host pool keeps in use plus cached within the limit", "[device][memor
   CHECK(pool.cached() <= 64 * 1024);
 }
 
+TEST_CASE("host pool trim frees the cache and keeps blocks in use", "[device][memory]") {
+  HostPool pool(0);
+  void* a = pool.allocate(4096);
+  void* b = pool.allocate(8192);
+  pool.release(b, 8192);
+  CHECK(pool.cached() == 8192);
+  pool.trim();
+  CHECK(pool.cached() == 0);
+  CHECK(pool.in_use() == 4096);
+  pool.release(a, 4096);  // still a valid block
+  CHECK(pool.cached() == 4096);
+}
+
 TEST_CASE("cpu device tensors reuse released memory", "[device][memory]") {
   CpuDevice dev{DeviceOptions{1, 0, 0, ""}};
   const float* first = nullptr;
@@ -74,4 +87,11 @@ TEST_CASE("cpu device tensors reuse released memory", "[device][memory]") {
   Tensor again(dev, {1024, 256});  // same bytes, another shape
   CHECK(again.host_data() == first);
   CHECK(dev.bytes_cached() == 0);
+  {
+    Tensor more(dev, {1024});
+  }
+  CHECK(dev.bytes_cached() > 0);
+  dev.release_cached_memory();  // what a daemon does when its job ends
+  CHECK(dev.bytes_cached() == 0);
+  CHECK(dev.bytes_in_use() == 1u << 20);
 }
