@@ -19,7 +19,7 @@ command -v python3 >/dev/null || { echo "cuda-emulate: python3 is needed" >&2; e
 pkg-config --exists openblas || { echo "cuda-emulate: openblas (pkg-config) is needed" >&2; exit 1; }
 
 sources=(
-  "$root/device/cuda/cuda_device.cpp" "$root/device/cpu/cpu_device.cpp" "$root/device/tensor.cpp"
+  "$root/device/cuda/cuda_device.cpp" "$root/device/cpu/cpu_device.cpp" "$root/device/cpu/cpu_conv.cpp" "$root/device/tensor.cpp"
   "$root/device/device.cpp" "$root/device/op_checks.cpp" "$root/device/conv2d_lowering.cpp"
   "$root/device/cpu/host_pool.cpp" "$root/tests/device/test_cuda_parity.cpp" "$root/tests/catch_main.cpp")
 for cu in "$root"/kernels/cuda/*.cu; do
