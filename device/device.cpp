@@ -3,6 +3,7 @@
 
 #include <cctype>
 #include <cmath>
+#include <cstdio>
 #include <limits>
 
 #include "device/backends.h"
@@ -85,6 +86,12 @@ std::unique_ptr<Device> open_device(const std::string& name, const DeviceOptions
     return make_cpu_device(opts);
   }
   throw std::runtime_error("unknown device '" + name + "' (this build has: auto, " + compiled_list() + ")");
+}
+
+std::string mib_text(size_t bytes) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.1f", static_cast<double>(bytes) / (1024.0 * 1024.0));
+  return buf;
 }
 
 size_t parse_bytes(const std::string& text) {

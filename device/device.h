@@ -187,5 +187,7 @@ std::vector<Backend> compiled_backends();
 std::unique_ptr<Device> open_device(const std::string& name, const DeviceOptions& opts = {});
 // Parses "512M", "4G", "1024" (bytes) -> bytes; throws std::invalid_argument.
 size_t parse_bytes(const std::string& text);
+// bytes -> "12.5" (MiB, one decimal), for the backends' OutOfMemory messages.
+std::string mib_text(size_t bytes);
 
 }  // namespace cleave

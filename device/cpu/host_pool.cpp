@@ -2,7 +2,6 @@
 #include "device/cpu/host_pool.h"
 
 #include <algorithm>
-#include <cstdio>
 #include <cstdlib>
 #include <iterator>
 #include <string>
@@ -10,16 +9,6 @@
 #include "device/device.h"
 
 namespace cleave {
-
-namespace {
-
-std::string mib(size_t bytes) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.1f", static_cast<double>(bytes) / (1024.0 * 1024.0));
-  return buf;
-}
-
-}  // namespace
 
 HostPool::~HostPool() {
   std::lock_guard<std::mutex> lock(mu_);
@@ -61,8 +50,8 @@ void* HostPool::allocate(size_t bytes) {
   std::lock_guard<std::mutex> lock(mu_);
   const size_t used = in_use_.load();
   if (limit_ > 0 && (bytes > limit_ || used > limit_ - bytes))
-    throw OutOfMemory("cpu: cannot allocate " + mib(bytes) + " MiB: " + mib(used) + " MiB in use of the " +
-                      mib(limit_) + " MiB limit (--memory-limit)");
+    throw OutOfMemory("cpu: cannot allocate " + mib_text(bytes) + " MiB: " + mib_text(used) + " MiB in use of the " +
+                      mib_text(limit_) + " MiB limit (--memory-limit)");
   void* block = nullptr;
   if (auto it = by_size_.find(size); it != by_size_.end()) {
     block = it->second->block;
@@ -77,7 +66,7 @@ void* HostPool::allocate(size_t bytes) {
       block = std::aligned_alloc(kAlignment, size);
     }
     if (block == nullptr)
-      throw OutOfMemory("cpu: cannot allocate " + mib(bytes) + " MiB: the system is out of memory (" + mib(used) +
+      throw OutOfMemory("cpu: cannot allocate " + mib_text(bytes) + " MiB: the system is out of memory (" + mib_text(used) +
                         " MiB in use by this device)");
   }
   in_use_.store(used + bytes);

@@ -19,12 +19,6 @@ namespace cleave {
 
 namespace {
 
-std::string mib(size_t bytes) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.1f", static_cast<double>(bytes) / (1024.0 * 1024.0));
-  return buf;
-}
-
 std::string unusable(const std::string& why) {
   return "CUDA backend compiled in but no CUDA device is usable: " + why + "; use --backend cpu or opencl";
 }
@@ -116,8 +110,8 @@ std::shared_ptr<Buffer> CudaDevice::allocate(size_t bytes) {
   const size_t used = in_use_->fetch_add(bytes) + bytes;
   if (limit_ > 0 && used > limit_) {
     in_use_->fetch_sub(bytes);
-    throw OutOfMemory(name_ + ": cannot allocate " + mib(bytes) + " MiB: " + mib(used - bytes) +
-                      " MiB in use of the " + mib(limit_) + " MiB limit (--memory-limit)");
+    throw OutOfMemory(name_ + ": cannot allocate " + mib_text(bytes) + " MiB: " + mib_text(used - bytes) +
+                      " MiB in use of the " + mib_text(limit_) + " MiB limit (--memory-limit)");
   }
   void* p = nullptr;
   if (bytes > 0) {
@@ -132,8 +126,8 @@ std::shared_ptr<Buffer> CudaDevice::allocate(size_t bytes) {
       in_use_->fetch_sub(bytes);
       cudaGetLastError();
       if (e == cudaErrorMemoryAllocation)
-        throw OutOfMemory(name_ + ": cannot allocate " + mib(bytes) + " MiB: the GPU is out of memory (" +
-                          mib(used - bytes) + " MiB in use by this device)");
+        throw OutOfMemory(name_ + ": cannot allocate " + mib_text(bytes) + " MiB: the GPU is out of memory (" +
+                          mib_text(used - bytes) + " MiB in use by this device)");
       cuda::check(e, "cudaMalloc(&p, bytes)", __FILE__, __LINE__);
     }
   }

@@ -94,12 +94,6 @@ void clblast_check(clblast::StatusCode code, const char* call, const char* file,
 
 namespace {
 
-std::string mib(size_t bytes) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.1f", static_cast<double>(bytes) / (1024.0 * 1024.0));
-  return buf;
-}
-
 std::string device_string(cl_device_id d, cl_device_info what) {
   size_t n = 0;
   if (clGetDeviceInfo(d, what, 0, nullptr, &n) != CL_SUCCESS || n == 0) return "";
@@ -519,13 +513,13 @@ std::shared_ptr<Buffer> OpenclDevice::allocate(size_t bytes) {
   const size_t used = s.in_use->fetch_add(bytes) + bytes;
   const auto refuse = [&](const std::string& why) {
     s.in_use->fetch_sub(bytes);
-    return OutOfMemory("opencl: cannot allocate " + mib(bytes) + " MiB on " + s.device_name + ": " + why);
+    return OutOfMemory("opencl: cannot allocate " + mib_text(bytes) + " MiB on " + s.device_name + ": " + why);
   };
   if (used > cap)
-    throw refuse(mib(used - bytes) + " MiB in use of " + mib(cap) + " MiB" +
+    throw refuse(mib_text(used - bytes) + " MiB in use of " + mib_text(cap) + " MiB" +
                  (s.limit > 0 && s.limit < s.global_mem ? " (the --memory-limit)" : " (the device's memory)"));
   if (bytes > s.max_alloc)
-    throw refuse("larger than the device's largest single allocation (" + mib(s.max_alloc) + " MiB)");
+    throw refuse("larger than the device's largest single allocation (" + mib_text(s.max_alloc) + " MiB)");
   cl_int err = CL_SUCCESS;
   cl_mem m = clCreateBuffer(s.context, CL_MEM_READ_WRITE, std::max<size_t>(bytes, sizeof(float)), nullptr, &err);
   if (err == CL_MEM_OBJECT_ALLOCATION_FAILURE || err == CL_OUT_OF_RESOURCES || err == CL_OUT_OF_HOST_MEMORY)
