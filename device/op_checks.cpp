@@ -57,6 +57,15 @@ struct Checker {
            ", stride " + std::to_string(g.sh) + "x" + std::to_string(g.sw) + ", padding " + std::to_string(g.ph) +
            "x" + std::to_string(g.pw) + ")");
   }
+  // The part both conv2d ops share: window, out channels, BLAS range, x and w.
+  void convolution(const Tensor& x, const Tensor& w, const Window2d& g, int64_t oc) const {
+    window(g);
+    dims({oc});
+    positive(oc, "out channels");
+    blas_range({oc, g.c * g.kh * g.kw, g.out_h() * g.out_w()});
+    at_least(x, "x", g.n * g.c * g.h * g.w);
+    at_least(w, "w", oc * g.c * g.kh * g.kw);
+  }
   void activation(Activation act) const {
     switch (act) {
       case Activation::relu:
@@ -231,12 +240,7 @@ void check_col2im(const Device& dev, const Tensor& cols, const Tensor& dx, const
 void check_conv2d_forward(const Device& dev, const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& y,
                           const Window2d& g, int64_t oc) {
   const Checker ck{dev, "conv2d_forward"};
-  ck.window(g);
-  ck.dims({oc});
-  ck.positive(oc, "out channels");
-  ck.blas_range({oc, g.c * g.kh * g.kw, g.out_h() * g.out_w()});
-  ck.at_least(x, "x", g.n * g.c * g.h * g.w);
-  ck.at_least(w, "w", oc * g.c * g.kh * g.kw);
+  ck.convolution(x, w, g, oc);
   if (b.defined()) ck.at_least(b, "b", oc);
   ck.at_least(y, "y", g.n * oc * g.out_h() * g.out_w());
 }
@@ -244,12 +248,7 @@ void check_conv2d_forward(const Device& dev, const Tensor& x, const Tensor& w, c
 void check_conv2d_backward(const Device& dev, const Tensor& x, const Tensor& w, const Tensor& dy, const Tensor& dw,
                            const Tensor& db, const Tensor& dx, const Window2d& g, int64_t oc) {
   const Checker ck{dev, "conv2d_backward"};
-  ck.window(g);
-  ck.dims({oc});
-  ck.positive(oc, "out channels");
-  ck.blas_range({oc, g.c * g.kh * g.kw, g.out_h() * g.out_w()});
-  ck.at_least(x, "x", g.n * g.c * g.h * g.w);
-  ck.at_least(w, "w", oc * g.c * g.kh * g.kw);
+  ck.convolution(x, w, g, oc);
   ck.at_least(dy, "dy", g.n * oc * g.out_h() * g.out_w());
   ck.at_least(dw, "dw", oc * g.c * g.kh * g.kw);
   if (db.defined()) ck.at_least(db, "db", oc);
