@@ -658,11 +658,8 @@ nlohmann::json Driver::run() {
       devs.push_back({{"name", d.name}, {"stage", d.stage}, {"gflops", d.reg.compute_gflops},
                       {"memory_total", d.reg.memory_total}, {"memory_free", d.reg.memory_free},
                       {"backends", d.reg.backends}, {"details", details.is_discarded() ? nlohmann::json() : details}});
-      int64_t params_in_stage = 0;
-      for (int i = bounds[d.stage]; i < bounds[d.stage + 1]; ++i)
-        params_in_stage += make_layer(spec.layers[i], spec.shapes[i])->param_count();
       plan.push_back({{"stage", d.stage}, {"device", d.name}, {"layers", {bounds[d.stage], bounds[d.stage + 1]}},
-                      {"parameters", params_in_stage}});
+                      {"parameters", stage_counts[static_cast<size_t>(d.stage)]}});
     }
     for (const auto& d : idle_) devs.push_back({{"name", d.name}, {"stage", -1}, {"gflops", d.reg.compute_gflops},
                                                 {"memory_free", d.reg.memory_free}});
