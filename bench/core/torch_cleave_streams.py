@@ -27,7 +27,7 @@ import torch.nn as nn
 from safetensors.torch import load_file
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from torch_fashion_mnist import find, read_idx  # noqa: E402
+from torch_fashion_mnist import load_split  # noqa: E402
 from torch_train_step import build_model  # noqa: E402
 
 MASK = (1 << 64) - 1
@@ -92,12 +92,8 @@ def main():
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     d = a.dataset_dir
-    xtr = torch.tensor(read_idx(find(d, "train-images-idx3-ubyte")), dtype=torch.float32) / 255
-    ytr = torch.tensor(read_idx(find(d, "train-labels-idx1-ubyte")), dtype=torch.long)
-    xte = torch.tensor(read_idx(find(d, "t10k-images-idx3-ubyte")), dtype=torch.float32) / 255
-    yte = torch.tensor(read_idx(find(d, "t10k-labels-idx1-ubyte")), dtype=torch.long)
     model, in_shape, _ = build_model(a.model)
-    xtr, xte = xtr.reshape([-1] + in_shape), xte.reshape([-1] + in_shape)
+    xtr, ytr, xte, yte = load_split(d, in_shape)
     model.load_state_dict(load_file(a.init))
     opt = torch.optim.Adam(model.parameters(), lr=a.lr)
     n, t0, losses, accs, epoch_losses = xtr.shape[0], time.time(), [], [], []

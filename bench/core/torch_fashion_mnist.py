@@ -43,6 +43,18 @@ def find(directory, stem):
     raise SystemExit(f"{stem} not found in {directory}: apt-get install dataset-fashion-mnist")
 
 
+def load_split(directory, in_shape):
+    """Fashion-MNIST train and test: images scaled to [0, 1] in `in_shape` per sample, labels as int64."""
+    def images(stem):
+        return (torch.tensor(read_idx(find(directory, stem)), dtype=torch.float32) / 255).reshape([-1] + in_shape)
+
+    def labels(stem):
+        return torch.tensor(read_idx(find(directory, stem)), dtype=torch.long)
+
+    return (images("train-images-idx3-ubyte"), labels("train-labels-idx1-ubyte"),
+            images("t10k-images-idx3-ubyte"), labels("t10k-labels-idx1-ubyte"))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", required=True)
@@ -56,13 +68,8 @@ def main():
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
     d = a.dataset_dir
-    xtr = torch.tensor(read_idx(find(d, "train-images-idx3-ubyte")), dtype=torch.float32).unsqueeze(1) / 255
-    ytr = torch.tensor(read_idx(find(d, "train-labels-idx1-ubyte")), dtype=torch.long)
-    xte = torch.tensor(read_idx(find(d, "t10k-images-idx3-ubyte")), dtype=torch.float32).unsqueeze(1) / 255
-    yte = torch.tensor(read_idx(find(d, "t10k-labels-idx1-ubyte")), dtype=torch.long)
     model, in_shape, _ = build_model(a.model)
-    xtr = xtr.reshape([-1] + in_shape)
-    xte = xte.reshape([-1] + in_shape)
+    xtr, ytr, xte, yte = load_split(d, in_shape)
     opt = torch.optim.Adam(model.parameters(), lr=a.lr)
     t0 = time.time()
     accs, epoch_losses = [], []

@@ -22,7 +22,7 @@ import torch
 import torch.nn as nn
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "core"))
-from torch_fashion_mnist import find, read_idx  # noqa: E402
+from torch_fashion_mnist import load_split  # noqa: E402
 from torch_train_step import build_model  # noqa: E402
 
 
@@ -41,13 +41,8 @@ def main():
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
     d = a.dataset_dir
-    xtr = torch.tensor(read_idx(find(d, "train-images-idx3-ubyte")), dtype=torch.float32) / 255
-    ytr = torch.tensor(read_idx(find(d, "train-labels-idx1-ubyte")), dtype=torch.long)
-    xte = torch.tensor(read_idx(find(d, "t10k-images-idx3-ubyte")), dtype=torch.float32) / 255
-    yte = torch.tensor(read_idx(find(d, "t10k-labels-idx1-ubyte")), dtype=torch.long)
     model, in_shape, _ = build_model(a.model)
-    xtr = xtr.reshape([-1] + in_shape)
-    xte = xte.reshape([-1] + in_shape)
+    xtr, ytr, xte, yte = load_split(d, in_shape)
     perm = torch.randperm(xtr.shape[0])
     shards = list(torch.tensor_split(perm, a.clients))
     t0 = time.time()
