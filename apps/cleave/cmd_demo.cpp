@@ -9,9 +9,9 @@
 #include <memory>
 
 #include "apps/cleave/commands.h"
-#include "core/runtime/processes.h"
+#include "apps/common/processes.h"
 #include "apps/cleave/train_flags.h"
-#include "core/runtime/coordinator.h"
+#include "core/runtime/coordinator/coordinator.h"
 #include "transport/keys.h"
 
 namespace cleave {

@@ -1,12 +1,12 @@
 // cmd_fed.cpp: `cleave fed` — federated averaging across cleaved client
-// daemons that each train on their own data (core/runtime/fed_coordinator.h).
+// daemons that each train on their own data (core/runtime/coordinator/fed_coordinator.h).
 #include <cstdio>
 #include <memory>
 
 #include "apps/cleave/commands.h"
 #include "apps/cleave/coordinator_flags.h"
 #include "apps/cleave/train_flags.h"
-#include "core/runtime/fed_coordinator.h"
+#include "core/runtime/coordinator/fed_coordinator.h"
 
 namespace cleave {
 

@@ -1,13 +1,13 @@
 // cmd_split.cpp: `cleave split` — split learning across cleaved daemons: the
 // clients keep their data (and, U-shaped, their labels), the server holds the
-// middle of the model (core/runtime/split_coordinator.h).
+// middle of the model (core/runtime/coordinator/split_coordinator.h).
 #include <cstdio>
 #include <memory>
 
 #include "apps/cleave/commands.h"
 #include "apps/cleave/coordinator_flags.h"
 #include "apps/cleave/train_flags.h"
-#include "core/runtime/split_coordinator.h"
+#include "core/runtime/coordinator/split_coordinator.h"
 
 namespace cleave {
 

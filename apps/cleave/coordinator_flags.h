@@ -12,7 +12,7 @@
 #include <CLI/CLI.hpp>
 
 #include "apps/cleave/commands.h"
-#include "core/runtime/processes.h"
+#include "apps/common/processes.h"
 
 namespace cleave {
 

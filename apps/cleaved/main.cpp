@@ -6,7 +6,7 @@
 #include <CLI/CLI.hpp>
 
 #include "core/data/shard.h"
-#include "core/runtime/daemon.h"
+#include "core/runtime/daemon/daemon.h"
 #include "device/cpu/openmp_policy.h"
 #include "device/device.h"
 #include "transport/link.h"

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "core/runtime/processes.h"
+#include "apps/common/processes.h"
 #include "core/train/train_config.h"
 #include "transport/keys.h"
 

@@ -18,7 +18,7 @@
 #include "device/cpu/openmp_policy.h"
 #include "bench/common/local_daemons.h"
 #include "core/io/json_file.h"
-#include "core/runtime/fed_coordinator.h"
+#include "core/runtime/coordinator/fed_coordinator.h"
 #include "transport/log.h"
 
 using namespace cleave;

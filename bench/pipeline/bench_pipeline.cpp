@@ -53,8 +53,8 @@
 
 #include "device/cpu/openmp_policy.h"
 #include "core/io/json_file.h"
-#include "core/runtime/coordinator.h"
-#include "core/runtime/processes.h"
+#include "core/runtime/coordinator/coordinator.h"
+#include "apps/common/processes.h"
 #include "core/train/local_trainer.h"
 #include "core/train/train_config.h"
 #include "transport/keys.h"

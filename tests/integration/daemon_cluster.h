@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "core/data/dataset.h"
-#include "core/runtime/coordinator.h"
-#include "core/runtime/processes.h"
+#include "core/runtime/coordinator/coordinator.h"
+#include "apps/common/processes.h"
 #include "transport/keys.h"
 
 namespace cleave::testing {

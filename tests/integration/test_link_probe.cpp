@@ -1,10 +1,10 @@
-// test_link_probe.cpp: daemon-to-daemon link probes (core/runtime/link_probe.h)
+// test_link_probe.cpp: daemon-to-daemon link probes (core/runtime/daemon/link_probe.h)
 // over real CURVE endpoints on loopback: each direction is measured through
 // its sender's throttle, so a --bandwidth-limit shows up in exactly one
 // direction, and the echo server admits only the prober's key.
 #include <catch2/catch.hpp>
 
-#include "core/runtime/link_probe.h"
+#include "core/runtime/daemon/link_probe.h"
 #include "transport/keys.h"
 
 using namespace cleave;

@@ -17,8 +17,8 @@
 #include <vector>
 
 #include "core/model/model_spec.h"
-#include "core/runtime/split_coordinator.h"
-#include "core/runtime/split_layout.h"
+#include "core/runtime/coordinator/split_coordinator.h"
+#include "core/runtime/common/split_layout.h"
 #include "core/train/local_trainer.h"
 #include "integration/daemon_cluster.h"
 

@@ -14,7 +14,7 @@
 #include "core/pipeline/schedule.h"
 #include "core/pipeline/stage.h"
 #include "core/pipeline/trace.h"
-#include "core/runtime/coordinator.h"
+#include "core/runtime/coordinator/coordinator.h"
 #include "core/train/train_config.h"
 #include "core/util/rng.h"
 

@@ -12,7 +12,7 @@
 #include "core/model/partition.h"
 #include "core/optim/optimizer.h"
 #include "core/pipeline/stage.h"
-#include "core/runtime/stage_state.h"
+#include "core/runtime/common/stage_state.h"
 #include "device/device.h"
 
 using namespace cleave;

@@ -1,5 +1,5 @@
 // peer_pool.cpp: see peer_pool.h.
-#include "core/runtime/peer_pool.h"
+#include "core/runtime/coordinator/peer_pool.h"
 
 #include <stdexcept>
 

@@ -1,7 +1,7 @@
 // split_link.cpp: see split_link.h.
-#include "core/runtime/split_link.h"
+#include "core/runtime/daemon/split_link.h"
 
-#include "core/runtime/wire.h"
+#include "core/runtime/common/wire.h"
 #include "transport/log.h"
 
 namespace cleave {

@@ -1,5 +1,5 @@
 // fed_client.cpp: federated client rounds inside cleaved; see fed_client.h.
-#include "core/runtime/fed_client.h"
+#include "core/runtime/daemon/fed_client.h"
 
 #include <chrono>
 #include <cmath>
@@ -13,9 +13,9 @@
 #include "core/model/partition.h"
 #include "core/nn/loss.h"
 #include "core/optim/optimizer.h"
-#include "core/runtime/job_channel.h"
-#include "core/runtime/memory_estimate.h"
-#include "core/runtime/wire.h"
+#include "core/runtime/daemon/job_channel.h"
+#include "core/runtime/common/memory_estimate.h"
+#include "core/runtime/common/wire.h"
 #include "core/util/rng.h"
 #include "transport/log.h"
 

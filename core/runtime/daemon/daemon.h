@@ -13,7 +13,7 @@
 #include <cstddef>
 #include <string>
 
-#include "core/runtime/fed_client.h"
+#include "core/runtime/daemon/fed_client.h"
 
 namespace cleave {
 

@@ -1,5 +1,5 @@
 // link_probe.cpp: see link_probe.h.
-#include "core/runtime/link_probe.h"
+#include "core/runtime/daemon/link_probe.h"
 
 #include <algorithm>
 #include <chrono>

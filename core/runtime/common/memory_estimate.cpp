@@ -1,5 +1,5 @@
 // memory_estimate.cpp: see memory_estimate.h.
-#include "core/runtime/memory_estimate.h"
+#include "core/runtime/common/memory_estimate.h"
 
 #include <algorithm>
 #include <cstdio>

@@ -1,5 +1,5 @@
 // coordinator.cpp: the pipeline driver; see coordinator.h and docs/protocol.md.
-#include "core/runtime/coordinator.h"
+#include "core/runtime/coordinator/coordinator.h"
 
 #include <algorithm>
 #include <chrono>
@@ -22,9 +22,9 @@
 #include "core/planner/plan_report.h"
 #include "core/planner/planner.h"
 #include "core/planner/profile.h"
-#include "core/runtime/peer_pool.h"
-#include "core/runtime/stage_state.h"
-#include "core/runtime/wire.h"
+#include "core/runtime/coordinator/peer_pool.h"
+#include "core/runtime/common/stage_state.h"
+#include "core/runtime/common/wire.h"
 #include "core/train/evaluate.h"
 #include "core/train/progress.h"
 #include "transport/endpoint.h"

@@ -1,5 +1,5 @@
 // stage_state.cpp: see stage_state.h.
-#include "core/runtime/stage_state.h"
+#include "core/runtime/common/stage_state.h"
 
 #include <memory>
 #include <stdexcept>

@@ -1,5 +1,5 @@
 // split_layout.cpp: see split_layout.h.
-#include "core/runtime/split_layout.h"
+#include "core/runtime/common/split_layout.h"
 
 #include <stdexcept>
 

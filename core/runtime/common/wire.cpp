@@ -1,5 +1,5 @@
 // wire.cpp: see wire.h.
-#include "core/runtime/wire.h"
+#include "core/runtime/common/wire.h"
 
 #include <chrono>
 #include <stdexcept>

@@ -1,5 +1,5 @@
 // probe.cpp: see probe.h.
-#include "core/runtime/probe.h"
+#include "core/runtime/daemon/probe.h"
 
 #include <algorithm>
 #include <chrono>

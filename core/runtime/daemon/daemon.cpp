@@ -1,5 +1,5 @@
 // daemon.cpp: the cleaved service loop; see daemon.h and docs/protocol.md.
-#include "core/runtime/daemon.h"
+#include "core/runtime/daemon/daemon.h"
 
 #include <chrono>
 #include <cstdio>
@@ -15,15 +15,15 @@
 #include "core/model/model_spec.h"
 #include "core/pipeline/schedule.h"
 #include "core/pipeline/stage.h"
-#include "core/runtime/host_info.h"
-#include "core/runtime/job_channel.h"
-#include "core/runtime/layer_profile.h"
-#include "core/runtime/link_probe.h"
-#include "core/runtime/memory_estimate.h"
-#include "core/runtime/probe.h"
-#include "core/runtime/split_job.h"
-#include "core/runtime/stage_state.h"
-#include "core/runtime/wire.h"
+#include "core/runtime/daemon/host_info.h"
+#include "core/runtime/daemon/job_channel.h"
+#include "core/runtime/daemon/layer_profile.h"
+#include "core/runtime/daemon/link_probe.h"
+#include "core/runtime/common/memory_estimate.h"
+#include "core/runtime/daemon/probe.h"
+#include "core/runtime/daemon/split_job.h"
+#include "core/runtime/common/stage_state.h"
+#include "core/runtime/common/wire.h"
 #include "transport/endpoint.h"
 #include "transport/keys.h"
 #include "transport/link.h"

@@ -1,5 +1,5 @@
 // processes.cpp: see processes.h.
-#include "core/runtime/processes.h"
+#include "apps/common/processes.h"
 
 #include <fcntl.h>
 #include <sys/prctl.h>

@@ -1,6 +1,6 @@
 // split_coordinator.cpp: the split-learning driver; see split_coordinator.h
 // and docs/split.md.
-#include "core/runtime/split_coordinator.h"
+#include "core/runtime/coordinator/split_coordinator.h"
 
 #include <algorithm>
 #include <chrono>
@@ -13,9 +13,9 @@
 
 #include "core/fed/strategy.h"
 #include "core/model/model_spec.h"
-#include "core/runtime/peer_pool.h"
-#include "core/runtime/split_layout.h"
-#include "core/runtime/wire.h"
+#include "core/runtime/coordinator/peer_pool.h"
+#include "core/runtime/common/split_layout.h"
+#include "core/runtime/common/wire.h"
 #include "core/train/progress.h"
 #include "transport/codec.h"
 #include "transport/endpoint.h"

@@ -34,8 +34,8 @@
 #include <string>
 
 #include "core/data/dataset.h"
-#include "core/runtime/daemon.h"
-#include "core/runtime/job_channel.h"
+#include "core/runtime/daemon/daemon.h"
+#include "core/runtime/daemon/job_channel.h"
 #include "device/device.h"
 #include "transport/keys.h"
 #include "transport/message.h"

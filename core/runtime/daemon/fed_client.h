@@ -22,7 +22,7 @@
 
 #include "core/data/dataset.h"
 #include "device/device.h"
-#include "core/runtime/job_channel.h"
+#include "core/runtime/daemon/job_channel.h"
 #include "transport/endpoint.h"
 #include "transport/message.h"
 

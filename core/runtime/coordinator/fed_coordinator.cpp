@@ -1,6 +1,6 @@
 // fed_coordinator.cpp: the federated round driver; see fed_coordinator.h and
 // docs/federated.md.
-#include "core/runtime/fed_coordinator.h"
+#include "core/runtime/coordinator/fed_coordinator.h"
 
 #include <algorithm>
 #include <chrono>
@@ -16,8 +16,8 @@
 #include "core/data/loader.h"
 #include "core/fed/strategy.h"
 #include "core/model/partition.h"
-#include "core/runtime/peer_pool.h"
-#include "core/runtime/wire.h"
+#include "core/runtime/coordinator/peer_pool.h"
+#include "core/runtime/common/wire.h"
 #include "core/train/evaluate.h"
 #include "core/train/train_checkpoint.h"
 #include "core/util/rng.h"

@@ -18,7 +18,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/runtime/split_job.h"
+#include "core/runtime/daemon/split_job.h"
 #include "transport/link.h"
 
 namespace cleave {

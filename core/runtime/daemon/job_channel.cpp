@@ -1,5 +1,5 @@
 // job_channel.cpp: see job_channel.h.
-#include "core/runtime/job_channel.h"
+#include "core/runtime/daemon/job_channel.h"
 
 #include <nlohmann/json.hpp>
 

@@ -1,5 +1,5 @@
 // host_info.cpp: see host_info.h.
-#include "core/runtime/host_info.h"
+#include "core/runtime/daemon/host_info.h"
 
 #include <sched.h>
 #include <unistd.h>

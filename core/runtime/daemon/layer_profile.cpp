@@ -1,5 +1,5 @@
 // layer_profile.cpp: see layer_profile.h.
-#include "core/runtime/layer_profile.h"
+#include "core/runtime/daemon/layer_profile.h"
 
 #include <algorithm>
 #include <chrono>
