@@ -191,6 +191,25 @@ Result<Message> decode_frames(std::vector<zmq::message_t>& frames, size_t first,
                         payloads, limits);
 }
 
+// A peer whose envelope speaks another protocol version is told so, in an
+// error envelope of its own version (message.h: encode_version_error), so its
+// log says why it is refused instead of retrying in silence.
+void tell_other_version(zmq::socket_t& socket, const std::string& routing_id, const zmq::message_t& header,
+                        const std::string& peer) {
+  const auto version = envelope_version(std::span<const std::byte>(static_cast<const std::byte*>(header.data()),
+                                                                   header.size()));
+  if (!version || *version == kProtocolVersion) return;
+  const auto bytes = encode_version_error(
+      *version, "this peer speaks cleave protocol version " + std::to_string(kProtocolVersion) + " but " + peer +
+                    " speaks version " + std::to_string(*version) + ": run the same cleave release on both sides");
+  try {
+    if (socket.send(zmq::buffer(routing_id), zmq::send_flags::sndmore | zmq::send_flags::dontwait))
+      (void)socket.send(zmq::buffer(bytes.data(), bytes.size()), zmq::send_flags::dontwait);
+  } catch (const zmq::error_t&) {
+    // Best effort: the refusal is logged on this side either way.
+  }
+}
+
 uint64_t frames_bytes(const std::vector<zmq::message_t>& frames, size_t first) {
   uint64_t n = 0;
   for (size_t i = first; i < frames.size(); ++i) n += frames[i].size();
@@ -354,6 +373,7 @@ Result<Received> ServerEndpoint::receive(Millis timeout) {
     peer.last_seen = Clock::now();
     if (!decoded) {
       m.counters.reject(m.options.label, name, decoded.failure().message);
+      tell_other_version(m.socket, routing_id, frames[1], name);
       return Failure{FailureKind::kRejected, decoded.failure().message, name};
     }
     if (!peer.connected) {

@@ -6,6 +6,7 @@
 #include <limits>
 #include <stdexcept>
 
+#include "transport/command_codec.h"
 #include "transport/schema/cleave_generated.h"
 
 namespace cleave::transport {
@@ -65,19 +66,9 @@ const char* tensor_kind_name(TensorKind kind) {
   return "?";
 }
 
-const char* control_command_name(ControlCommand command) {
-  switch (command) {
-    case ControlCommand::kStart: return "start";
-    case ControlCommand::kStop: return "stop";
-    case ControlCommand::kCheckpoint: return "checkpoint";
-    case ControlCommand::kShutdown: return "shutdown";
-  }
-  return "?";
-}
-
 const char* body_kind_name(const Body& body) {
   static const char* const kNames[] = {"register", "assign",  "tensor", "weights", "heartbeat",
-                                        "control",  "ack",     "error",  "metrics", "probe"};
+                                        "command",  "ack",     "error",  "metrics", "probe"};
   static_assert(std::variant_size_v<Body> == 10);
   return kNames[body.index()];
 }
@@ -103,19 +94,8 @@ bool is_z85_key(std::string_view text) {
 
 namespace {
 
-std::string check_string(const char* field, const std::string& s, const DecodeLimits& limits) {
-  if (s.size() > limits.max_string_bytes)
-    return std::string(field) + " is " + std::to_string(s.size()) + " bytes (limit " +
-           std::to_string(limits.max_string_bytes) + ")";
-  if (s.find('\0') != std::string::npos) return std::string(field) + " contains a NUL byte";
-  return {};
-}
-
-std::string check_key(const char* field, const std::string& key) {
-  if (!key.empty() && !is_z85_key(key))
-    return std::string(field) + " is not a 40-character Z85 public key";
-  return {};
-}
+using detail::check_key;
+using detail::check_string;
 
 std::string check_peer(const char* field, const std::optional<PeerInfo>& peer,
                        const DecodeLimits& limits) {
@@ -181,8 +161,8 @@ struct Validator {
     if (a.layer_begin < 0 || a.layer_end < a.layer_begin)
       return "assign: invalid layer range [" + std::to_string(a.layer_begin) + ", " +
              std::to_string(a.layer_end) + ")";
-    for (const auto* s : {&a.model_spec_json, &a.optimizer_json, &a.training_json})
-      if (auto e = check_string("assign string", *s, limits); !e.empty()) return e;
+    if (auto e = check_string("assign.model_spec_json", a.model_spec_json, limits); !e.empty()) return e;
+    if (auto e = detail::validate_assign_job(a, limits); !e.empty()) return e;
     if (!valid_encoding(a.link_encoding)) return "assign: unknown link encoding";
     if (auto e = check_peer("assign.prev", a.prev, limits); !e.empty()) return e;
     return check_peer("assign.next", a.next, limits);
@@ -214,10 +194,7 @@ struct Validator {
     return {};
   }
   std::string operator()(const HeartbeatMsg&) const { return {}; }
-  std::string operator()(const ControlMsg& c) const {
-    if (static_cast<uint8_t>(c.command) > 3) return "control: unknown command";
-    return check_string("control.argument_json", c.argument_json, limits);
-  }
+  std::string operator()(const CommandMsg& c) const { return detail::validate_command(c, limits); }
   std::string operator()(const AckMsg& a) const { return check_string("ack.detail", a.detail, limits); }
   std::string operator()(const ErrorMsg& e) const {
     return check_string("error.message", e.message, limits);
@@ -227,7 +204,9 @@ struct Validator {
     if (mm.step < 0) return "metrics: negative step";
     if (mm.correct < 0 || mm.sample_count < 0) return "metrics: negative counts";
     if (mm.correct > mm.sample_count) return "metrics: correct exceeds sample_count";
-    return check_string("metrics.timings_json", mm.timings_json, limits);
+    if (static_cast<uint8_t>(mm.phase) > 2) return "metrics: unknown phase";
+    if (mm.round < 0 || mm.local_steps < 0) return "metrics: negative round or local_steps";
+    return {};
   }
   std::string operator()(const ProbeMsg& p) const {
     if (p.payload_bytes > limits.max_payload_bytes) return "probe: payload_bytes exceeds the limit";
@@ -277,9 +256,10 @@ struct BodyBuilder {
   std::pair<fb::Body, flatbuffers::Offset<void>> operator()(const AssignMsg& a) const {
     auto prev = build_peer(b, a.prev);
     auto next = build_peer(b, a.next);
+    auto optimizer = detail::build_optimizer(b, a.optimizer);
+    auto [job_type, job] = detail::build_job(b, a.job);
     auto off = fb::CreateAssignDirect(b, a.stage, a.num_stages, a.layer_begin, a.layer_end,
-                                      a.model_spec_json.c_str(), a.optimizer_json.c_str(),
-                                      a.training_json.c_str(), prev, next,
+                                      a.model_spec_json.c_str(), optimizer, job_type, job, prev, next,
                                       static_cast<fb::Encoding>(a.link_encoding));
     return {fb::Body::Assign, off.Union()};
   }
@@ -296,10 +276,8 @@ struct BodyBuilder {
   std::pair<fb::Body, flatbuffers::Offset<void>> operator()(const HeartbeatMsg& h) const {
     return {fb::Body::Heartbeat, fb::CreateHeartbeat(b, h.sequence, h.sent_unix_ms).Union()};
   }
-  std::pair<fb::Body, flatbuffers::Offset<void>> operator()(const ControlMsg& c) const {
-    auto off = fb::CreateControlDirect(b, static_cast<fb::ControlCommand>(c.command),
-                                       c.argument_json.c_str());
-    return {fb::Body::Control, off.Union()};
+  std::pair<fb::Body, flatbuffers::Offset<void>> operator()(const CommandMsg& c) const {
+    return {fb::Body::Command, detail::build_command(b, c).Union()};
   }
   std::pair<fb::Body, flatbuffers::Offset<void>> operator()(const AckMsg& a) const {
     return {fb::Body::Ack, fb::CreateAckDirect(b, a.request_id, a.detail.c_str()).Union()};
@@ -310,8 +288,8 @@ struct BodyBuilder {
     return {fb::Body::Error, off.Union()};
   }
   std::pair<fb::Body, flatbuffers::Offset<void>> operator()(const MetricsMsg& m) const {
-    auto off = fb::CreateMetricsDirect(b, m.stage, m.step, m.loss_sum, m.correct, m.sample_count,
-                                       m.timings_json.c_str());
+    auto off = fb::CreateMetrics(b, m.stage, m.step, m.loss_sum, m.correct, m.sample_count, m.step_ms,
+                                 m.train_ms, m.local_steps, static_cast<fb::SplitPhase>(m.phase), m.round);
     return {fb::Body::Metrics, off.Union()};
   }
   std::pair<fb::Body, flatbuffers::Offset<void>> operator()(const ProbeMsg& p) const {
@@ -383,8 +361,8 @@ std::string convert(const fb::Envelope& env, Body& out) {
       m.layer_begin = a->layer_begin();
       m.layer_end = a->layer_end();
       m.model_spec_json = str(a->model_spec_json());
-      m.optimizer_json = str(a->optimizer_json());
-      m.training_json = str(a->training_json());
+      if (auto e = detail::read_optimizer(a->optimizer(), m.optimizer); !e.empty()) return e;
+      if (auto e = detail::read_job(*a, m.job); !e.empty()) return e;
       m.prev = peer(a->prev());
       m.next = peer(a->next());
       const auto enc = static_cast<uint8_t>(a->link_encoding());
@@ -430,11 +408,10 @@ std::string convert(const fb::Envelope& env, Body& out) {
       out = HeartbeatMsg{h->sequence(), h->sent_unix_ms()};
       return {};
     }
-    case fb::Body::Control: {
-      const auto* c = env.body_as_Control();
-      const auto cmd = static_cast<uint8_t>(c->command());
-      if (cmd > 3) return "control: unknown command " + std::to_string(static_cast<int8_t>(cmd));
-      out = ControlMsg{static_cast<ControlCommand>(cmd), str(c->argument_json())};
+    case fb::Body::Command: {
+      CommandMsg c;
+      if (auto e = detail::read_command(*env.body_as_Command(), c); !e.empty()) return e;
+      out = std::move(c);
       return {};
     }
     case fb::Body::Ack: {
@@ -452,8 +429,11 @@ std::string convert(const fb::Envelope& env, Body& out) {
     }
     case fb::Body::Metrics: {
       const auto* m = env.body_as_Metrics();
-      out = MetricsMsg{m->stage(), m->step(), m->loss_sum(), m->correct(), m->sample_count(),
-                       str(m->timings_json())};
+      const auto phase = static_cast<uint8_t>(m->phase());
+      if (phase > 2) return "metrics: unknown phase " + std::to_string(phase);
+      out = MetricsMsg{m->stage(),   m->step(),     m->loss_sum(),    m->correct(),
+                       m->sample_count(), m->step_ms(), m->train_ms(), m->local_steps(),
+                       static_cast<SplitPhase>(phase), m->round()};
       return {};
     }
     case fb::Body::Probe: {
@@ -496,6 +476,32 @@ Result<Message> decode_message(std::span<const std::byte> header, std::span<cons
   message.payloads.assign(payloads.begin(), payloads.end());
   if (auto e = validate_message(message, limits); !e.empty()) return reject(e);
   return message;
+}
+
+std::optional<uint16_t> envelope_version(std::span<const std::byte> header) {
+  if (header.size() < 8 || header.size() > (64u << 20)) return std::nullopt;
+  std::vector<uint64_t> aligned((header.size() + 7) / 8);
+  std::memcpy(aligned.data(), header.data(), header.size());
+  const auto* bytes = reinterpret_cast<const uint8_t*>(aligned.data());
+  if (!fb::EnvelopeBufferHasIdentifier(bytes)) return std::nullopt;
+  // Only the envelope's own table is read: its version field is the same in
+  // every version, whatever the body is.
+  flatbuffers::Verifier verifier(bytes, header.size(), /*max_depth=*/2, /*max_tables=*/4);
+  const auto root = flatbuffers::ReadScalar<flatbuffers::uoffset_t>(bytes);
+  if (root > header.size() - 4) return std::nullopt;
+  const auto* env = reinterpret_cast<const flatbuffers::Table*>(bytes + root);
+  if (!env->VerifyTableStart(verifier) || !env->VerifyField<uint16_t>(verifier, fb::Envelope::VT_VERSION, 2))
+    return std::nullopt;
+  return env->GetField<uint16_t>(fb::Envelope::VT_VERSION, 0);
+}
+
+std::vector<std::byte> encode_version_error(uint16_t version, const std::string& text) {
+  Builder b(256);
+  auto error = fb::CreateErrorDirect(b, fb::ErrorCode::UnsupportedVersion, text.c_str(), 0);
+  auto env = fb::CreateEnvelope(b, version, 0, fb::Body::Error, error.Union());
+  fb::FinishEnvelopeBuffer(b, env);
+  const auto* p = reinterpret_cast<const std::byte*>(b.GetBufferPointer());
+  return std::vector<std::byte>(p, p + b.GetSize());
 }
 
 // ---------------------------------------------------------------------------

@@ -30,7 +30,7 @@
 namespace cleave::transport {
 
 // Bumped whenever the meaning of the wire format changes; receivers reject others.
-inline constexpr uint16_t kProtocolVersion = 1;
+inline constexpr uint16_t kProtocolVersion = 2;
 // Largest tensor rank accepted on the wire.
 inline constexpr size_t kMaxRank = 8;
 
@@ -72,14 +72,12 @@ class Payload {
 // Bodies (mirror the tables of cleave.fbs; see docs/protocol.md).
 
 enum class TensorKind : uint8_t { kActivation = 0, kGradient = 1, kInput = 2, kLabels = 3 };
-enum class ControlCommand : uint8_t { kStart = 0, kStop = 1, kCheckpoint = 2, kShutdown = 3 };
 enum class ErrorCode : int32_t {
   kUnknown = 0, kBadMessage = 1, kUnsupportedVersion = 2, kUnexpectedKind = 3,
   kNotAssigned = 4, kShapeMismatch = 5, kInternal = 6, kTimeout = 7, kRefused = 8,
 };
 
 const char* tensor_kind_name(TensorKind kind);
-const char* control_command_name(ControlCommand command);
 
 struct PeerInfo {
   std::string endpoint;    // "tcp://host:port"; empty: no such neighbour
@@ -101,14 +99,60 @@ struct RegisterMsg {  // daemon -> coordinator (0 payload frames)
   bool operator==(const RegisterMsg&) const = default;
 };
 
+// An optimizer as it travels (core/optim's OptimizerConfig, field for field;
+// the runtime converts and validates it).
+struct OptimizerSpec {
+  std::string kind = "adam";
+  float lr = 1e-3f, momentum = 0, dampening = 0, weight_decay = 0, beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f;
+  bool nesterov = false;
+  std::string schedule = "constant";
+  int64_t step_size = 1000;
+  float gamma = 0.1f;
+  int64_t warmup_steps = 0, total_steps = 0;
+  float min_lr = 0;
+  bool operator==(const OptimizerSpec&) const = default;
+};
+
+// Job kinds an assignment carries.
+struct PipelineJob {
+  uint8_t schedule = 0;  // the pipeline's schedule kind: 0 gpipe, 1 1f1b (core/pipeline/schedule.h)
+  int32_t microbatches = 1;
+  uint64_t seed = 1;
+  int64_t batch = 64;
+  bool operator==(const PipelineJob&) const = default;
+};
+struct FedJob {
+  int64_t batch = 64;
+  uint64_t seed = 1;
+  std::string strategy;  // for logs
+  bool operator==(const FedJob&) const = default;
+};
+enum class SplitRole : uint8_t { kServer = 0, kClient = 1 };
+struct SplitJob {
+  SplitRole role = SplitRole::kServer;
+  bool labels_on_client = false;
+  uint64_t seed = 1;
+  int64_t batch = 64;
+  int64_t eval_batch = 256;
+  int32_t epochs = 1;
+  std::vector<PeerInfo> clients;  // server: who dials in
+  int32_t client_index = 0;       // client
+  int64_t limit_test = -1;        // client: -1 = all test samples
+  int32_t cut_back = -1;          // client, U-shaped: first tail layer; -1 = no tail
+  bool operator==(const SplitJob&) const = default;
+};
+using JobSpec = std::variant<PipelineJob, FedJob, SplitJob>;
+// "pipeline", "federated", "split"
+const char* job_kind_name(const JobSpec& job);
+
 struct AssignMsg {  // coordinator -> daemon (0 payload frames)
   int32_t stage = 0;
   int32_t num_stages = 1;
   int32_t layer_begin = 0;  // [layer_begin, layer_end)
   int32_t layer_end = 0;
-  std::string model_spec_json;
-  std::string optimizer_json;
-  std::string training_json;
+  std::string model_spec_json;  // the model file (docs/models.md)
+  OptimizerSpec optimizer;
+  JobSpec job;
   std::optional<PeerInfo> prev;
   std::optional<PeerInfo> next;
   Encoding link_encoding = Encoding::kF32;
@@ -141,10 +185,70 @@ struct HeartbeatMsg {  // either direction (0 payload frames)
   bool operator==(const HeartbeatMsg&) const = default;
 };
 
-struct ControlMsg {  // coordinator -> daemon (0 payload frames)
-  ControlCommand command = ControlCommand::kStart;
-  std::string argument_json;
-  bool operator==(const ControlMsg&) const = default;
+// Job commands (coordinator -> daemon, 0 payload frames): docs/protocol.md.
+struct ProfileCmd {  // per-layer timings of a model, before any assignment
+  std::string model_spec_json;
+  int64_t samples = 16;
+  std::optional<OptimizerSpec> optimizer;  // also time the optimizer update
+  bool operator==(const ProfileCmd&) const = default;
+};
+struct ProbeServeCmd {  // serve link probes to `peer`
+  std::string peer, peer_key;
+  bool operator==(const ProbeServeCmd&) const = default;
+};
+struct ProbePeerCmd {  // measure the link to `peer` at `endpoint`
+  std::string peer, peer_key, endpoint;
+  bool operator==(const ProbePeerCmd&) const = default;
+};
+struct ProbeStopCmd {
+  std::string peer;
+  bool operator==(const ProbeStopCmd&) const = default;
+};
+struct ConnectCmd {  // dial the next stage, accept the previous one
+  std::string next_endpoint;
+  bool operator==(const ConnectCmd&) const = default;
+};
+struct StepCmd {  // run the schedule for one batch
+  int64_t step = 0;
+  int64_t batch = 1;
+  bool operator==(const StepCmd&) const = default;
+};
+struct FinishCmd {  // end the job
+  bool operator==(const FinishCmd&) const = default;
+};
+struct ShutdownCmd {  // exit the daemon
+  bool operator==(const ShutdownCmd&) const = default;
+};
+enum class StateKind : uint8_t { kParams = 0, kParamsAndOptimizer = 1 };
+struct CheckpointCmd {  // send the job's state back as weights messages
+  StateKind what = StateKind::kParams;
+  bool operator==(const CheckpointCmd&) const = default;
+};
+struct FedRoundCmd {  // train locally from the global weights that came just before
+  int64_t round = 0;
+  int32_t local_epochs = 1;
+  int64_t batch = 64;
+  float mu = 0;  // FedProx
+  bool operator==(const FedRoundCmd&) const = default;
+};
+enum class SplitPhase : uint8_t { kTrain = 0, kEval = 1, kAverage = 2 };
+struct SplitRoundCmd {  // one split-learning epoch phase; the server serves clients in `order`
+  SplitPhase phase = SplitPhase::kTrain;
+  int64_t round = 0;
+  std::vector<int32_t> order;
+  bool operator==(const SplitRoundCmd&) const = default;
+};
+using Command = std::variant<ProfileCmd, ProbeServeCmd, ProbePeerCmd, ProbeStopCmd, ConnectCmd, StepCmd,
+                             FinishCmd, ShutdownCmd, CheckpointCmd, FedRoundCmd, SplitRoundCmd>;
+// "profile", "probe_serve", "probe_peer", "probe_stop", "connect", "step", "finish",
+// "shutdown", "checkpoint", "fed_round", "split_round"
+const char* command_name(const Command& command);
+// "split_round", "split_eval", "split_weights" (the names their acks carry)
+const char* split_phase_name(SplitPhase phase);
+
+struct CommandMsg {
+  Command command;
+  bool operator==(const CommandMsg&) const = default;
 };
 
 struct AckMsg {  // (0 payload frames)
@@ -166,7 +270,11 @@ struct MetricsMsg {  // stage -> coordinator (0 payload frames)
   double loss_sum = 0;
   int64_t correct = 0;
   int64_t sample_count = 0;
-  std::string timings_json;
+  double step_ms = 0;       // pipeline: the stage's time for the step
+  double train_ms = 0;      // federated: local training time
+  int64_t local_steps = 0;  // federated: optimizer steps this round
+  SplitPhase phase = SplitPhase::kTrain;  // split: the phase these counts are of
+  int64_t round = 0;        // split: its round
   bool operator==(const MetricsMsg&) const = default;
 };
 
@@ -177,7 +285,7 @@ struct ProbeMsg {  // either direction (1 payload frame of payload_bytes)
   bool operator==(const ProbeMsg&) const = default;
 };
 
-using Body = std::variant<RegisterMsg, AssignMsg, TensorMsg, WeightsMsg, HeartbeatMsg, ControlMsg,
+using Body = std::variant<RegisterMsg, AssignMsg, TensorMsg, WeightsMsg, HeartbeatMsg, CommandMsg,
                           AckMsg, ErrorMsg, MetricsMsg, ProbeMsg>;
 
 // "register", "assign", "tensor", ...
@@ -188,6 +296,9 @@ struct Message {
   Body body;
   std::vector<Payload> payloads;
 };
+
+// A message whose body is `command`.
+Message command_message(Command command, uint64_t request_id = 0);
 
 // Number of payload frames the kind of `body` carries on the wire.
 size_t expected_payload_frames(const Body& body);
@@ -240,6 +351,14 @@ Message make_weights_message(WeightsMsg header, const float* values, size_t coun
 std::vector<float> weights_values(const Message& message);
 // Probe with `bytes` of deterministic filler payload.
 Message make_probe_message(uint64_t sequence, uint64_t bytes, bool echo);
+
+// The protocol version an envelope says it speaks, read without trusting the
+// rest of it; nullopt when `header` is not a cleave envelope at all.
+std::optional<uint16_t> envelope_version(std::span<const std::byte> header);
+// An error envelope that a peer speaking `version` can read (Error keeps its
+// table and its place in the union in every version): how a peer of another
+// version is told why it is refused.
+std::vector<std::byte> encode_version_error(uint16_t version, const std::string& text);
 
 // Is `text` a syntactically valid 40-character Z85 public key?
 bool is_z85_key(std::string_view text);

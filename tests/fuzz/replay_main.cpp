@@ -44,10 +44,14 @@ std::vector<Message> seed_messages() {
   a.link_encoding = Encoding::kF16;
   add(a);
   add(HeartbeatMsg{7, 1700000000000});
-  add(ControlMsg{ControlCommand::kCheckpoint, "{\"path\":\"x\"}"});
+  add(CommandMsg{CheckpointCmd{StateKind::kParamsAndOptimizer}});
+  add(CommandMsg{StepCmd{12, 64}});
+  add(CommandMsg{FedRoundCmd{3, 2, 32, 0.01f}});
+  add(CommandMsg{SplitRoundCmd{SplitPhase::kEval, 1, {0, 1, 0}}});
+  add(CommandMsg{ProfileCmd{"{\"layers\":[]}", 16, OptimizerSpec{}}});
   add(AckMsg{3, "ok"});
   add(ErrorMsg{ErrorCode::kShapeMismatch, "bad shape", 4});
-  add(MetricsMsg{0, 10, 12.5, 30, 64, "{}"});
+  add(MetricsMsg{0, 10, 12.5, 30, 64, 1.5, 0, 0, SplitPhase::kTrain, 0});
   std::vector<float> v = {1.0f, -2.5f, 3.25f, 0.0f, 100.0f, -0.001f};
   for (Encoding e : {Encoding::kF32, Encoding::kF16, Encoding::kInt8}) {
     TensorMsg t;

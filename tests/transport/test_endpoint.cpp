@@ -329,7 +329,7 @@ TEST_CASE("server and client exchange every kind and the server knows who sent w
   auto wr = server.receive(3000ms);
   REQUIRE(wr.ok());
   CHECK(weights_values(wr->message) == w);
-  for (Body body : std::vector<Body>{MetricsMsg{0, 3, 1.5, 10, 16, "{}"}, AckMsg{2, ""},
+  for (Body body : std::vector<Body>{MetricsMsg{0, 3, 1.5, 10, 16, 2.0, 0, 0, SplitPhase::kTrain, 0}, AckMsg{2, ""},
                                      ErrorMsg{ErrorCode::kInternal, "boom", 2}}) {
     Message m;
     m.body = body;
@@ -338,12 +338,11 @@ TEST_CASE("server and client exchange every kind and the server knows who sent w
     REQUIRE(r.ok());
     CHECK(r->message.body == body);
   }
-  Message ctl;
-  ctl.body = ControlMsg{ControlCommand::kStop, ""};
+  const Message ctl = command_message(FinishCmd{});
   REQUIRE(server.send("second", ctl).ok());
   auto c = b.receive(3000ms);
   REQUIRE(c.ok());
-  CHECK(std::get<ControlMsg>(c->body).command == ControlCommand::kStop);
+  CHECK(std::holds_alternative<FinishCmd>(std::get<CommandMsg>(c->body).command));
   REQUIRE(a.send(make_probe_message(1, 4096, true)).ok());
   auto p = server.receive(3000ms);
   REQUIRE(p.ok());

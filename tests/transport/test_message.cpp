@@ -49,14 +49,15 @@ TEST_CASE("every message kind round-trips", "[transport][message]") {
   as.layer_begin = 3;
   as.layer_end = 7;
   as.model_spec_json = "{\"layers\":[1,2]}";
-  as.optimizer_json = "{\"sgd\":0.1}";
-  as.training_json = "{\"schedule\":\"1f1b\",\"micro_batches\":4}";
+  as.optimizer.kind = "sgd";
+  as.optimizer.lr = 0.1f;
+  as.job = PipelineJob{1, 4, 7, 32};
   as.prev = PeerInfo{"tcp://a:1", kKey, "a"};
   as.link_encoding = Encoding::kInt8;
   const std::vector<Body> bodies = {
-      reg, as, HeartbeatMsg{9, 1234}, ControlMsg{ControlCommand::kShutdown, "{}"},
+      reg, as, HeartbeatMsg{9, 1234}, CommandMsg{ShutdownCmd{}},
       AckMsg{7, "done"}, ErrorMsg{ErrorCode::kNotAssigned, "no stage", 3},
-      MetricsMsg{1, 100, 42.5, 60, 64, "{\"forward_ms\":3}"}};
+      MetricsMsg{1, 100, 42.5, 60, 64, 3.5, 0, 0, SplitPhase::kEval, 2}};
   for (const Body& b : bodies) {
     INFO(body_kind_name(b));
     auto r = round_trip(with_body(b));
@@ -205,7 +206,7 @@ TEST_CASE("semantic checks name what is wrong", "[transport][message]") {
   Message bad = sample_tensor();
   std::get<TensorMsg>(bad.body).shape = {5, 5};
   CHECK_THROWS_WITH(encode_header(bad), Catch::Contains("header implies 100"));
-  CHECK_THROWS_AS(encode_header(with_body(AssignMsg{3, 2, 0, 1, "", "", "", {}, {}, Encoding::kF32})),
+  CHECK_THROWS_AS(encode_header(with_body(AssignMsg{3, 2, 0, 1, "", {}, {}, {}, {}, Encoding::kF32})),
                   std::invalid_argument);
   CHECK_THROWS_AS(encode_header(with_body(RegisterMsg{"x", {}, 1, 2, 0, "", "", "", ""})),
                   std::invalid_argument);

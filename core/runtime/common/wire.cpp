@@ -26,22 +26,62 @@ Tensor from_message(Device& device, const transport::TensorMessage& m) {
   return t;
 }
 
-transport::Message control(transport::ControlCommand command, const nlohmann::json& argument) {
-  transport::ControlMsg c;
-  c.command = command;
-  c.argument_json = argument.dump();
-  transport::Message m;
-  m.body = c;
-  return m;
+transport::OptimizerSpec to_wire(const OptimizerConfig& c) {
+  transport::OptimizerSpec o;
+  o.kind = c.kind;
+  o.lr = c.lr;
+  o.momentum = c.momentum;
+  o.dampening = c.dampening;
+  o.weight_decay = c.weight_decay;
+  o.beta1 = c.beta1;
+  o.beta2 = c.beta2;
+  o.eps = c.eps;
+  o.nesterov = c.nesterov;
+  o.schedule = c.schedule;
+  o.step_size = c.step_size;
+  o.gamma = c.gamma;
+  o.warmup_steps = c.warmup_steps;
+  o.total_steps = c.total_steps;
+  o.min_lr = c.min_lr;
+  return o;
 }
 
-nlohmann::json control_argument(const transport::ControlMsg& c) {
-  if (c.argument_json.empty()) return nlohmann::json::object();
+OptimizerConfig from_wire(const transport::OptimizerSpec& o) {
+  OptimizerConfig c;
+  c.kind = o.kind;
+  c.lr = o.lr;
+  c.momentum = o.momentum;
+  c.dampening = o.dampening;
+  c.weight_decay = o.weight_decay;
+  c.beta1 = o.beta1;
+  c.beta2 = o.beta2;
+  c.eps = o.eps;
+  c.nesterov = o.nesterov;
+  c.schedule = o.schedule;
+  c.step_size = o.step_size;
+  c.gamma = o.gamma;
+  c.warmup_steps = o.warmup_steps;
+  c.total_steps = o.total_steps;
+  c.min_lr = o.min_lr;
+  c.validate();
+  return c;
+}
+
+uint8_t schedule_to_wire(ScheduleKind kind) { return kind == ScheduleKind::one_f_one_b ? 1 : 0; }
+
+ScheduleKind schedule_from_wire(uint8_t value) {
+  if (value > 1) throw std::invalid_argument("unknown pipeline schedule " + std::to_string(value));
+  return value == 1 ? ScheduleKind::one_f_one_b : ScheduleKind::gpipe;
+}
+
+ModelSpec parse_model_text(const std::string& json_text, const std::string& what) {
+  nlohmann::json j;
   try {
-    return nlohmann::json::parse(c.argument_json);
+    j = nlohmann::json::parse(json_text);
   } catch (const nlohmann::json::exception& e) {
-    throw std::runtime_error(std::string("control argument is not JSON: ") + e.what());
+    throw std::runtime_error(what + " is not JSON: " + e.what());
   }
+  return ModelSpec::parse(j, what);
 }
 
 double monotonic_us() {

@@ -6,6 +6,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/model/model_spec.h"
+#include "core/optim/optimizer.h"
+#include "core/pipeline/schedule.h"
 #include "device/tensor.h"
 #include "transport/link.h"
 #include "transport/message.h"
@@ -18,10 +21,18 @@ transport::TensorMessage to_message(const Tensor& t, transport::TensorKind kind,
 // A new tensor on `device` holding the message's values.
 Tensor from_message(Device& device, const transport::TensorMessage& m);
 
-// A control message {"op": op, ...args}.
-transport::Message control(transport::ControlCommand command, const nlohmann::json& argument);
-// The control's argument JSON ({} when empty); throws std::runtime_error when it is not JSON.
-nlohmann::json control_argument(const transport::ControlMsg& c);
+// The optimizer as it travels, and back (validated: throws std::invalid_argument
+// naming the first bad setting).
+transport::OptimizerSpec to_wire(const OptimizerConfig& config);
+OptimizerConfig from_wire(const transport::OptimizerSpec& spec);
+// The pipeline schedule as it travels (PipelineJob::schedule), and back
+// (throws std::invalid_argument for a value no schedule has).
+uint8_t schedule_to_wire(ScheduleKind kind);
+ScheduleKind schedule_from_wire(uint8_t value);
+
+// The model file an assignment or a profile request carries, parsed
+// (throws std::runtime_error naming `what` when it is not a valid model).
+ModelSpec parse_model_text(const std::string& json_text, const std::string& what);
 
 // Microseconds on CLOCK_MONOTONIC: comparable between processes of one machine,
 // so stage traces from several daemons line up on one timeline.

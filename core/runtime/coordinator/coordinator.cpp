@@ -113,6 +113,8 @@ class Driver {
   std::map<std::string, int64_t> progress_;     // device -> last step it finished
   int64_t current_step_ = -1;
   uint64_t probe_seq_ = 0;
+  uint64_t last_request_id_ = 0;  // one counter for every request of this run
+  uint64_t next_request_id() { return ++last_request_id_; }
   bool assigned_ = false;
   std::map<std::pair<std::string, uint64_t>, Received> replies_;  // (peer, request id) -> reply
 };
@@ -169,8 +171,8 @@ void Driver::stop_all(bool shutdown) {
   std::vector<Device_> all = devices_;
   all.insert(all.end(), idle_.begin(), idle_.end());
   for (const auto& d : all) {
-    (void)server_->send(d.name, control(ControlCommand::kStop, {{"op", "finish"}}));
-    if (shutdown) (void)server_->send(d.name, control(ControlCommand::kShutdown, {{"op", "shutdown"}}));
+    (void)server_->send(d.name, command_message(FinishCmd{}, next_request_id()));
+    if (shutdown) (void)server_->send(d.name, command_message(ShutdownCmd{}, next_request_id()));
   }
 }
 
@@ -188,8 +190,8 @@ std::vector<StageState> Driver::gather_states(const std::vector<int64_t>& counts
   std::vector<StageState> out;
   const bool with_optimizer = buffers > 0;
   for (const auto& d : devices_) {
-    Message m = control(ControlCommand::kCheckpoint, {{"op", with_optimizer ? "state" : "weights"}});
-    m.request_id = 3000 + static_cast<uint64_t>(d.stage);
+    Message m = command_message(CheckpointCmd{with_optimizer ? StateKind::kParamsAndOptimizer : StateKind::kParams},
+                                next_request_id());
     send(d.name, m);
     Received r = wait_for_reply(d.name, m.request_id, with_optimizer ? "the state request" : "the weights request",
                                 Millis(60000));
@@ -240,11 +242,10 @@ Cluster Driver::profile_cluster(const ModelSpec& spec) {
   // other's measurements down.
   for (size_t i = 0; i < devices_.size(); ++i) {
     const Device_& d = devices_[i];
-    Message m = control(ControlCommand::kStart, {{"op", "profile"}, {"model", spec.to_json()}, {"samples", mb_samples},
-                                                 {"optimizer", cfg_.optimizer.to_json()}});
-    m.request_id = 500 + i;
+    Message m = command_message(ProfileCmd{spec.to_json().dump(), mb_samples, to_wire(cfg_.optimizer)},
+                                next_request_id());
     send(d.name, m);
-    Received r = wait_for_reply(d.name, 500 + i, "the profiling request", Millis(120000));
+    Received r = wait_for_reply(d.name, m.request_id, "the profiling request", Millis(120000));
     auto detail = nlohmann::json::parse(std::get<AckMsg>(r.message.body).detail);
     DeviceProfile dp;
     dp.name = d.name;
@@ -274,22 +275,18 @@ Cluster Driver::profile_cluster(const ModelSpec& spec) {
       for (size_t b = a + 1; b < devices_.size(); ++b) {
         const Device_& da = devices_[a];
         const Device_& db = devices_[b];
-        const uint64_t rid = 600 + 3 * (a * devices_.size() + b);
-        Message serve = control(ControlCommand::kStart, {{"op", "probe_serve"}, {"peer", da.name}, {"peer_key", da.reg.public_key}});
-        serve.request_id = rid;
+        const Message serve = command_message(ProbeServeCmd{da.name, da.reg.public_key}, next_request_id());
         send(db.name, serve);
-        const auto ep = nlohmann::json::parse(
-            std::get<AckMsg>(wait_for_reply(db.name, rid, "the link probe set-up", Millis(30000)).message.body).detail);
-        Message probe = control(ControlCommand::kStart, {{"op", "probe_peer"}, {"peer", db.name}, {"peer_key", db.reg.public_key},
-                                                         {"endpoint", ep.at("endpoint")}});
-        probe.request_id = rid + 1;
+        const auto ep = nlohmann::json::parse(std::get<AckMsg>(
+            wait_for_reply(db.name, serve.request_id, "the link probe set-up", Millis(30000)).message.body).detail);
+        const Message probe = command_message(
+            ProbePeerCmd{db.name, db.reg.public_key, ep.at("endpoint").get<std::string>()}, next_request_id());
         send(da.name, probe);
         const auto m = nlohmann::json::parse(
-            std::get<AckMsg>(wait_for_reply(da.name, rid + 1, "the link probe", Millis(120000)).message.body).detail);
-        Message stop = control(ControlCommand::kStart, {{"op", "probe_stop"}, {"peer", da.name}});
-        stop.request_id = rid + 2;
+            std::get<AckMsg>(wait_for_reply(da.name, probe.request_id, "the link probe", Millis(120000)).message.body).detail);
+        const Message stop = command_message(ProbeStopCmd{da.name}, next_request_id());
         send(db.name, stop);
-        (void)wait_for_reply(db.name, rid + 2, "the end of the link probe", Millis(30000));
+        (void)wait_for_reply(db.name, stop.request_id, "the end of the link probe", Millis(30000));
         const double lat = m.at("latency_ms").get<double>();
         cluster.set_link(static_cast<int>(a), static_cast<int>(b), {m.at("mbps_out").get<double>(), lat, std::nullopt});
         cluster.set_link(static_cast<int>(b), static_cast<int>(a), {m.at("mbps_in").get<double>(), lat, std::nullopt});
@@ -391,9 +388,9 @@ nlohmann::json Driver::run() {
     if (opts_.profile_only) {
       // `cleave profile`: release the daemons and return what was measured,
       // in the devices-file format `cleave plan --devices` reads.
-      for (const auto& d : devices_) (void)server_->send(d.name, control(ControlCommand::kStop, {{"op", "finish"}}));
+      for (const auto& d : devices_) (void)server_->send(d.name, command_message(FinishCmd{}, next_request_id()));
       if (opts_.shutdown_daemons)
-        for (const auto& d : devices_) (void)server_->send(d.name, control(ControlCommand::kShutdown, {{"op", "shutdown"}}));
+        for (const auto& d : devices_) (void)server_->send(d.name, command_message(ShutdownCmd{}, next_request_id()));
       nlohmann::json out = cluster_to_json(cluster);  // devices carry "layer_seconds" for this model
       out["description"] = "measured by cleave profile for model " + spec.name + " (batch " +
                            std::to_string(cfg_.batch) + ", " + std::to_string(cfg_.microbatches) + " micro-batches)";
@@ -436,8 +433,7 @@ nlohmann::json Driver::run() {
   const int64_t per_epoch = loader.batches_per_epoch();
   if (ocfg.total_steps == 0) ocfg.total_steps = per_epoch * cfg_.epochs;
   ocfg.validate();
-  const nlohmann::json training = {{"schedule", schedule_name(schedule)}, {"microbatches", cfg_.microbatches},
-                                   {"batch", cfg_.batch}, {"seed", cfg_.seed}};
+  const PipelineJob job{schedule_to_wire(schedule), cfg_.microbatches, cfg_.seed, cfg_.batch};
   // --load / --init: read and check the file before any daemon is assigned.
   const StartingPoint start = read_starting_point(cfg_, spec, ocfg, bounds);
   for (const auto& d : idle_) pool_->release(d.name);  // left unused by the planner: nothing to watch
@@ -453,8 +449,8 @@ nlohmann::json Driver::run() {
       a.layer_begin = bounds[s];
       a.layer_end = bounds[s + 1];
       a.model_spec_json = spec.to_json().dump();
-      a.optimizer_json = ocfg.to_json().dump();
-      a.training_json = training.dump();
+      a.optimizer = to_wire(ocfg);
+      a.job = job;
       a.link_encoding = encoding;
       auto peer_of = [&](int i) {
         return PeerInfo{"", devices_[i].reg.public_key, devices_[i].name};
@@ -462,7 +458,7 @@ nlohmann::json Driver::run() {
       if (s > 0) a.prev = peer_of(s - 1);
       if (s + 1 < p) a.next = peer_of(s + 1);
       Message m;
-      m.request_id = 1000 + s;
+      m.request_id = next_request_id();
       m.body = a;
       send(devices_[s].name, m);
       Received r = wait_for_reply(devices_[s].name, m.request_id, "its stage assignment", Millis(60000));
@@ -470,15 +466,13 @@ nlohmann::json Driver::run() {
       devices_[s].peer_endpoint = detail.value("peer_endpoint", std::string());
     }
     for (int s = 0; s < p; ++s) {
-      nlohmann::json arg = {{"op", "connect"}};
-      if (s + 1 < p) arg["next_endpoint"] = devices_[s + 1].peer_endpoint;
-      Message m = control(ControlCommand::kStart, arg);
-      m.request_id = 2000 + s;
+      const Message m =
+          command_message(ConnectCmd{s + 1 < p ? devices_[s + 1].peer_endpoint : std::string()}, next_request_id());
       send(devices_[s].name, m);
       (void)wait_for_reply(devices_[s].name, m.request_id, "the connect request", Millis(30000));
     }
     for (const StageState& st : start.stages) {  // weights (and optimizer state) to start from
-      const Message m = stage_state_message(st, 2500 + static_cast<uint64_t>(st.stage));
+      const Message m = stage_state_message(st, next_request_id());
       send(devices_[st.stage].name, m);
       (void)wait_for_reply(devices_[st.stage].name, m.request_id, "its starting state", Millis(60000));
     }
@@ -535,7 +529,7 @@ nlohmann::json Driver::run() {
         Batch batch = loader.get(b);
         step_batch[step] = batch.size;
         const int m = static_cast<int>(std::min<int64_t>(cfg_.microbatches, batch.size));
-        Message sc = control(ControlCommand::kStart, {{"op", "step"}, {"step", step}, {"batch", batch.size}});
+        const Message sc = command_message(StepCmd{step, batch.size}, next_request_id());
         for (const auto& d : devices_) send(d.name, sc);
         auto xs = std::make_shared<std::vector<float>>(std::move(batch.x));
         auto ys = std::make_shared<std::vector<float>>(std::move(batch.y));
@@ -595,8 +589,7 @@ nlohmann::json Driver::run() {
     std::vector<TraceEvent> events;
     nlohmann::json busy = nlohmann::json::array();
     for (int s = 0; s < p; ++s) {
-      Message m = control(ControlCommand::kStop, {{"op", "finish"}});
-      m.request_id = 4000 + s;
+      const Message m = command_message(FinishCmd{}, next_request_id());
       send(devices_[s].name, m);
       Received r = wait_for_reply(devices_[s].name, m.request_id, "the finish request", Millis(30000));
       pool_->release(devices_[s].name);
@@ -609,10 +602,10 @@ nlohmann::json Driver::run() {
     // Evaluate only after the daemons are released: this takes seconds in
     // which no daemon has reason to talk to us.
     EvalResult ev = evaluate(whole, test, 256);
-    for (const auto& d : idle_) (void)server_->send(d.name, control(ControlCommand::kStop, {{"op", "finish"}}));
+    for (const auto& d : idle_) (void)server_->send(d.name, command_message(FinishCmd{}, next_request_id()));
     if (opts_.shutdown_daemons) {
-      for (const auto& d : devices_) (void)server_->send(d.name, control(ControlCommand::kShutdown, {{"op", "shutdown"}}));
-      for (const auto& d : idle_) (void)server_->send(d.name, control(ControlCommand::kShutdown, {{"op", "shutdown"}}));
+      for (const auto& d : devices_) (void)server_->send(d.name, command_message(ShutdownCmd{}, next_request_id()));
+      for (const auto& d : idle_) (void)server_->send(d.name, command_message(ShutdownCmd{}, next_request_id()));
     }
 
     if (!opts_.trace_path.empty()) {

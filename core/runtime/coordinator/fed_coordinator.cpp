@@ -98,10 +98,8 @@ EvalResult FedDriver::evaluate_global(Partition& whole, const std::vector<Datase
 }
 
 void FedDriver::stop_all() {
-  Message m = control(ControlCommand::kStop, {{"op", "finish"}});
-  m.request_id = 900000;
-  pool_->send_all(m);
-  if (opts_.shutdown_clients) pool_->send_all(control(ControlCommand::kShutdown, {{"op", "shutdown"}}));
+  pool_->send_all(command_message(FinishCmd{}, pool_->next_request_id()));
+  if (opts_.shutdown_clients) pool_->send_all(command_message(ShutdownCmd{}, pool_->next_request_id()));
 }
 
 nlohmann::json FedDriver::run() {
@@ -204,8 +202,7 @@ nlohmann::json FedDriver::run() {
   pool_->set_monitoring(true);
   try {
     // 2. Set-up: the model once per client.
-    const nlohmann::json training = {{"mode", "fed"}, {"batch", cfg_.batch}, {"seed", cfg_.seed},
-                                     {"strategy", fed_strategy_name(strategy)}};
+    const FedJob job{cfg_.batch, cfg_.seed, fed_strategy_name(strategy)};
     for (size_t i = 0; i < clients_.size(); ++i) {
       AssignMsg a;
       a.stage = 0;
@@ -213,10 +210,10 @@ nlohmann::json FedDriver::run() {
       a.layer_begin = 0;
       a.layer_end = spec.num_layers();
       a.model_spec_json = spec.to_json().dump();
-      a.optimizer_json = ocfg.to_json().dump();
-      a.training_json = training.dump();
+      a.optimizer = to_wire(ocfg);
+      a.job = job;
       Message m;
-      m.request_id = 1000 + i;
+      m.request_id = pool_->next_request_id();
       m.body = a;
       Status s = server_->send(clients_[i], m);
       if (!s) fail("cannot reach client " + clients_[i] + ": " + s.failure().message);
@@ -261,14 +258,12 @@ nlohmann::json FedDriver::run() {
       wh.round = r;
       wh.sample_count = 0;
       wh.num_elements = static_cast<int64_t>(param_count);
-      const uint64_t rid = 100000 + static_cast<uint64_t>(r);
-      const nlohmann::json round_arg = {{"op", "fed_round"}, {"round", r}, {"local_epochs", opts_.local_epochs},
-                                        {"batch", cfg_.batch}, {"mu", mu}};
+      const uint64_t rid = pool_->next_request_id();  // the round's weights and command, and every reply
+      const FedRoundCmd round_cmd{r, opts_.local_epochs, cfg_.batch, static_cast<float>(mu)};
       for (const auto& name : sampled) {
         Message wm = make_weights_message(wh, global->data(), global->size(), global);
         wm.request_id = rid;
-        Message cm = control(ControlCommand::kStart, round_arg);
-        cm.request_id = rid;
+        const Message cm = command_message(round_cmd, rid);
         Status s = server_->send(name, wm);
         if (s) s = server_->send(name, cm);
         replies[name];

@@ -38,6 +38,9 @@ class PeerPool {
   PeerPool(transport::ServerEndpoint& server, std::string who, int peer_timeout_ms,
            std::function<bool()> interrupted);
 
+  // A request id not used before in this session (one counter for every request).
+  uint64_t next_request_id() { return ++last_request_id_; }
+
   // Next message within `timeout` that is not a heartbeat (see above).
   std::optional<transport::Received> receive(transport::Millis timeout);
 
@@ -60,6 +63,7 @@ class PeerPool {
   std::function<std::string()> context;
 
  private:
+  uint64_t last_request_id_ = 0;
   void check_health();
 
   transport::ServerEndpoint& server_;

@@ -177,10 +177,8 @@ void SplitDriver::register_daemons() {
 void SplitDriver::stop_all() {
   for (const auto& name : participants_) {
     if (pool_->at(name).dead) continue;
-    Message m = control(ControlCommand::kStop, {{"op", "finish"}});
-    m.request_id = 900000;
-    (void)server_->send(name, m);
-    if (opts_.shutdown_daemons) (void)server_->send(name, control(ControlCommand::kShutdown, {{"op", "shutdown"}}));
+    (void)server_->send(name, command_message(FinishCmd{}, pool_->next_request_id()));
+    if (opts_.shutdown_daemons) (void)server_->send(name, command_message(ShutdownCmd{}, pool_->next_request_id()));
   }
 }
 
@@ -233,51 +231,53 @@ nlohmann::json SplitDriver::run() {
       samples.push_back(pool_->at(c).details.value("samples", static_cast<int64_t>(0)));
       server_steps += (samples.back() + cfg_.batch - 1) / cfg_.batch;
     }
-    nlohmann::json client_keys = nlohmann::json::array();
-    for (const auto& c : clients_) client_keys.push_back({{"name", c}, {"public_key", pool_->at(c).reg.public_key}});
-    const nlohmann::json common = {{"mode", "split"}, {"labels", opts_.labels}, {"seed", cfg_.seed},
-                                   {"batch", cfg_.batch}, {"eval_batch", opts_.eval_batch}, {"epochs", cfg_.epochs}};
+    SplitJob common;
+    common.labels_on_client = opts_.labels == "client";
+    common.seed = cfg_.seed;
+    common.batch = cfg_.batch;
+    common.eval_batch = opts_.eval_batch;
+    common.epochs = cfg_.epochs;
     {
       OptimizerConfig server_opt = ocfg;
       if (server_opt.total_steps == 0) server_opt.total_steps = server_steps * cfg_.epochs;
-      nlohmann::json training = common;
-      training["role"] = "server";
-      training["clients"] = client_keys;
+      SplitJob job = common;
+      job.role = SplitRole::kServer;
+      for (const auto& c : clients_) job.clients.push_back(PeerInfo{"", pool_->at(c).reg.public_key, c});
       AssignMsg a;
       a.stage = 1;
       a.num_stages = num_stages;
       a.layer_begin = layout.server_begin();
       a.layer_end = layout.server_end();
       a.model_spec_json = spec.to_json().dump();
-      a.optimizer_json = server_opt.to_json().dump();
-      a.training_json = training.dump();
+      a.optimizer = to_wire(server_opt);
+      a.job = job;
       a.link_encoding = encoding;
       Message m;
-      m.request_id = 1000;
+      m.request_id = pool_->next_request_id();
       m.body = a;
       send(server_name_, m);
     }
     auto server_ack = await_acks({server_name_}, "split_setup", Clock::now() + std::chrono::seconds(60), nullptr);
     const nlohmann::json endpoints = server_ack[server_name_].value("endpoints", nlohmann::json::object());
     for (size_t i = 0; i < clients_.size(); ++i) {
-      nlohmann::json training = common;
-      training["role"] = "client";
-      training["client_index"] = i;
-      training["limit_test"] = cfg_.limit_test;
-      if (layout.has_tail()) training["cut_back"] = layout.cut_back;
+      SplitJob job = common;
+      job.role = SplitRole::kClient;
+      job.client_index = static_cast<int32_t>(i);
+      job.limit_test = cfg_.limit_test;
+      if (layout.has_tail()) job.cut_back = layout.cut_back;
       AssignMsg a;
       a.stage = 0;
       a.num_stages = num_stages;
       a.layer_begin = 0;
       a.layer_end = layout.cut;
       a.model_spec_json = spec.to_json().dump();
-      a.optimizer_json = ocfg.to_json().dump();
-      a.training_json = training.dump();
+      a.optimizer = to_wire(ocfg);
+      a.job = job;
       a.link_encoding = encoding;
       a.next = PeerInfo{endpoints.value(clients_[i], std::string()), pool_->at(server_name_).reg.public_key, server_name_};
       if (a.next->endpoint.empty()) fail("the server gave no endpoint for client " + clients_[i]);
       Message m;
-      m.request_id = 1001 + i;
+      m.request_id = pool_->next_request_id();
       m.body = a;
       send(clients_[i], m);
     }
@@ -322,8 +322,9 @@ nlohmann::json SplitDriver::run() {
       const auto deadline = t_round + std::chrono::milliseconds(static_cast<int64_t>(opts_.epoch_timeout_s * 1000));
       phase_ = "epoch " + std::to_string(e + 1) + " training";
       bar.begin(e + 1, cfg_.epochs, static_cast<int64_t>(train_order.size()));
-      send(server_name_, control(ControlCommand::kStart, {{"op", "split_round"}, {"round", e}, {"order", train_order}}));
-      for (const auto& c : clients_) send(c, control(ControlCommand::kStart, {{"op", "split_round"}, {"round", e}}));
+      send(server_name_, command_message(SplitRoundCmd{SplitPhase::kTrain, e, train_order}, pool_->next_request_id()));
+      for (const auto& c : clients_)
+        send(c, command_message(SplitRoundCmd{SplitPhase::kTrain, e, {}}, pool_->next_request_id()));
       double loss_sum = 0;
       int64_t loss_samples = 0, steps = 0;
       const std::string metrics_from = layout.labels_on_client ? "" : server_name_;
@@ -350,7 +351,7 @@ nlohmann::json SplitDriver::run() {
         phase_ = "epoch " + std::to_string(e + 1) + " averaging";
         const EndpointStats before = server_->stats();
         std::map<int, std::vector<ClientUpdate>> blocks;
-        Message ck = control(ControlCommand::kCheckpoint, {{"op", "split_weights"}});
+        const Message ck = command_message(CheckpointCmd{StateKind::kParams}, pool_->next_request_id());
         for (const auto& c : clients_) send(c, ck);
         const size_t want_blocks = clients_.size() * (layout.has_tail() ? 2 : 1);
         size_t have = 0;
@@ -376,7 +377,8 @@ nlohmann::json SplitDriver::run() {
           w.num_elements = static_cast<int64_t>(values->size());
           for (const auto& c : clients_) send(c, make_weights_message(w, values->data(), values->size(), values));
         }
-        for (const auto& c : clients_) send(c, control(ControlCommand::kStart, {{"op", "split_weights"}, {"round", e}}));
+        for (const auto& c : clients_)
+          send(c, command_message(SplitRoundCmd{SplitPhase::kAverage, e, {}}, pool_->next_request_id()));
         (void)await_acks(client_set, "split_weights_done", deadline, nullptr);
         const EndpointStats after = server_->stats();
         weights_bytes = static_cast<int64_t>(after.bytes_sent - before.bytes_sent + after.bytes_received - before.bytes_received);
@@ -384,8 +386,9 @@ nlohmann::json SplitDriver::run() {
 
       // Evaluation: every client on its shard of the test split.
       phase_ = "epoch " + std::to_string(e + 1) + " evaluation";
-      send(server_name_, control(ControlCommand::kStart, {{"op", "split_eval"}, {"round", e}, {"order", test_order}}));
-      for (const auto& c : clients_) send(c, control(ControlCommand::kStart, {{"op", "split_eval"}, {"round", e}}));
+      send(server_name_, command_message(SplitRoundCmd{SplitPhase::kEval, e, test_order}, pool_->next_request_id()));
+      for (const auto& c : clients_)
+        send(c, command_message(SplitRoundCmd{SplitPhase::kEval, e, {}}, pool_->next_request_id()));
       double eval_loss = 0;
       int64_t eval_correct = 0, eval_samples = 0;
       nlohmann::json per_client = nlohmann::json::object();
@@ -426,9 +429,7 @@ nlohmann::json SplitDriver::run() {
     phase_ = "finish";
     nlohmann::json cut_messages = nlohmann::json::object();
     {
-      Message m = control(ControlCommand::kStop, {{"op", "finish"}});
-      m.request_id = 900001;
-      send(server_name_, m);
+      send(server_name_, command_message(FinishCmd{}, pool_->next_request_id()));
       auto fin = await_acks({server_name_}, "finish", Clock::now() + std::chrono::seconds(30), nullptr);
       cut_messages = fin[server_name_].value("received", nlohmann::json::object());
     }

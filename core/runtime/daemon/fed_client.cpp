@@ -43,11 +43,7 @@ void parse_shard_spec(const std::string& text, int& shard, int& num_shards) {
   num_shards = static_cast<int>(n);
 }
 
-bool is_fed_assign(const AssignMsg& assign) {
-  if (assign.training_json.empty()) return false;
-  auto j = nlohmann::json::parse(assign.training_json, nullptr, false);
-  return !j.is_discarded() && j.is_object() && j.value("mode", std::string()) == "fed";
-}
+bool is_fed_assign(const AssignMsg& assign) { return std::holds_alternative<transport::FedJob>(assign.job); }
 
 void add_proximal_term(Device& device, const Tensor& grads, const Tensor& params, const Tensor& global, float mu) {
   if (!std::isfinite(mu) || mu < 0) throw std::invalid_argument("FedProx mu must be finite and >= 0, got " + std::to_string(mu));
@@ -84,22 +80,22 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 // One federated job: the model, the received global block and the connection.
-class FedJob {
+class FedClientJob {
  public:
-  FedJob(JobChannel& channel, Device& device, const Dataset& data, const FedClientOptions& options,
+  FedClientJob(JobChannel& channel, Device& device, const Dataset& data, const FedClientOptions& options,
          const std::string& name, int timeout_ms, const std::atomic<bool>& stop)
       : channel_(channel), device_(device), data_(data), options_(options), name_(name), timeout_ms_(timeout_ms),
         stop_(stop) {}
 
   // Builds the model; throws with a message for the coordinator when it cannot.
   void setup(const AssignMsg& assign) {
-    spec_ = ModelSpec::parse(nlohmann::json::parse(assign.model_spec_json), "assigned model");
-    training_ = nlohmann::json::parse(assign.training_json);
-    ocfg_ = OptimizerConfig::from_json(nlohmann::json::parse(assign.optimizer_json));
+    spec_ = parse_model_text(assign.model_spec_json, "assigned model");
+    job_ = std::get<transport::FedJob>(assign.job);
+    ocfg_ = from_wire(assign.optimizer);
     if (numel(spec_.input) != data_.sample_numel())
       throw std::runtime_error(name_ + ": the model's input " + shape_str(spec_.input) + " does not match its data (" +
                                data_.name + " samples " + shape_str(data_.sample_shape) + ")");
-    const int64_t batch = training_.value("batch", static_cast<int64_t>(64));
+    const int64_t batch = job_.batch;
     StageMemory need = estimate_stage_memory(spec_, 0, spec_.num_layers(), ocfg_, batch, 1, 1);
     need.optimizer += need.params;  // the global block kept for FedProx
     const MemoryInfo mem = device_.memory();
@@ -107,7 +103,7 @@ class FedJob {
       throw OutOfMemory(name_ + " cannot train the model: it needs " + need.describe() + " but only " +
                         format_mib(mem.free) + " is available");
     model_ = std::make_unique<Partition>(device_, spec_, 0, spec_.num_layers());
-    model_->init(training_.value("seed", static_cast<uint64_t>(1)));
+    model_->init(job_.seed);
     model_->zero_grad();
     global_ = Tensor(device_, {model_->param_count()});
   }
@@ -119,27 +115,21 @@ class FedJob {
                                    " round(s)");
           return nlohmann::json{{"rounds", rounds_done_}};
         },
-        [this](const ControlMsg& c, uint64_t rid) { return handle(c, rid); });
+        [this](const Command& c, uint64_t rid) { return handle(c, rid); });
   }
 
  private:
   JobServing serving() const { return {channel_, name_, "federated job", timeout_ms_, stop_}; }
 
-  std::optional<JobEnd> handle(const ControlMsg& c, uint64_t rid) {
-    nlohmann::json arg;
-    try {
-      arg = control_argument(c);
-    } catch (const std::exception& e) {
-      send(error_message(ErrorCode::kBadMessage, e.what(), rid));
-      return std::nullopt;
-    }
-    const std::string op = arg.value("op", std::string());
-    if (c.command != ControlCommand::kStart || op != "fed_round") {
-      send(error_message(ErrorCode::kBadMessage, "unknown control op '" + op + "' in a federated job", rid));
+  std::optional<JobEnd> handle(const Command& c, uint64_t rid) {
+    const auto* fr = std::get_if<FedRoundCmd>(&c);
+    if (!fr) {
+      send(error_message(ErrorCode::kBadMessage, std::string("unexpected command '") + command_name(c) +
+                                                     "' in a federated job", rid));
       return std::nullopt;
     }
     try {
-      round(arg, rid);
+      round(*fr, rid);
     } catch (const std::exception& e) {
       send(error_message(ErrorCode::kInternal, name_ + ": federated round failed: " + e.what(), rid));
     }
@@ -149,11 +139,11 @@ class FedJob {
   // Trains on the shard from the global block of this round; sends weights + metrics.
   // A stop, a shutdown, a silent coordinator or a stopping daemon abandons the
   // round; serve_job then ends the job.
-  void round(const nlohmann::json& arg, uint64_t rid) {
-    const int64_t r = arg.at("round").get<int64_t>();
-    const int epochs = arg.value("local_epochs", 1);
-    const int64_t batch = arg.value("batch", training_.value("batch", static_cast<int64_t>(64)));
-    const float mu = arg.value("mu", 0.0f);
+  void round(const FedRoundCmd& cmd, uint64_t rid) {
+    const int64_t r = cmd.round;
+    const int epochs = cmd.local_epochs;
+    const int64_t batch = cmd.batch;
+    const float mu = cmd.mu;
     if (epochs < 1 || batch < 1) throw std::invalid_argument("local_epochs and batch must be positive");
     auto global_msg = channel_.take_weights(0);
     if (!global_msg || std::get<WeightsMsg>(global_msg->body).round != r)
@@ -168,7 +158,7 @@ class FedJob {
     model_->params().from_host(global_values);
     global_.from_host(global_values);
     model_->zero_grad();
-    const uint64_t seed = training_.value("seed", static_cast<uint64_t>(1));
+    const uint64_t seed = job_.seed;
     BatchLoader loader(data_, batch, /*shuffle=*/true, derive_seed(seed, static_cast<uint64_t>(r), 0xFED,
                                                                    static_cast<uint64_t>(options_.shard)));
     OptimizerConfig ocfg = ocfg_;
@@ -225,7 +215,8 @@ class FedJob {
     mm.loss_sum = std::isfinite(loss_sum) ? loss_sum : 0.0;
     mm.correct = correct;
     mm.sample_count = samples;
-    mm.timings_json = nlohmann::json{{"train_ms", train_ms}, {"local_steps", steps}, {"loss_finite", std::isfinite(loss_sum)}}.dump();
+    mm.train_ms = train_ms;
+    mm.local_steps = steps;
     Message metrics;
     metrics.request_id = rid;
     metrics.body = mm;
@@ -247,7 +238,7 @@ class FedJob {
   int timeout_ms_;
   const std::atomic<bool>& stop_;
   ModelSpec spec_;
-  nlohmann::json training_;
+  transport::FedJob job_;
   OptimizerConfig ocfg_;
   std::unique_ptr<Partition> model_;
   Tensor global_;
@@ -258,7 +249,7 @@ class FedJob {
 
 JobEnd FedClient::run(JobChannel& channel, Device& device, const AssignMsg& assign, uint64_t assign_request_id,
                          const std::string& name, int coordinator_timeout_ms, const std::atomic<bool>& stop) {
-  FedJob job(channel, device, data_, options_, name, coordinator_timeout_ms, stop);
+  FedClientJob job(channel, device, data_, options_, name, coordinator_timeout_ms, stop);
   try {
     job.setup(assign);
   } catch (const std::exception& e) {

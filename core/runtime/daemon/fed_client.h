@@ -3,10 +3,10 @@
 // A federated client is a daemon started with its own data (`--dataset ...
 // --shard i/N --partition iid|dirichlet:ALPHA`). It loads its shard once at
 // start, says so when it registers ({"fed_client": true, "samples": n} in the
-// register details), and then serves federated jobs: an `assign` whose
-// training_json has {"mode": "fed"} hands the connection to FedClient::run,
-// which for every round receives the global parameter block (`weights`), then a
-// `control` {"op": "fed_round", ...}, trains the whole model on its shard for
+// register details), and then serves federated jobs: an `assign` carrying a
+// FedJob hands the connection to FedClient::run, which for every round
+// receives the global parameter block (`weights`), then a FedRound command
+// (round, local epochs, batch, mu), trains the whole model on its shard for
 // E local epochs (FedProx: with the proximal term), and answers with its new
 // block (`weights`, sample_count = samples trained on) and a `metrics` message
 // (local loss). It never sends a training sample: only register, heartbeat,
@@ -46,7 +46,7 @@ struct FedClientOptions {
 // naming the problem ("--shard 4/4: shard index must be below 4").
 void parse_shard_spec(const std::string& text, int& shard, int& num_shards);
 
-// True when an assignment starts a federated job (training_json {"mode": "fed"}).
+// True when an assignment starts a federated job (it carries a FedJob).
 bool is_fed_assign(const transport::AssignMsg& assign);
 
 // FedProx proximal term: grads += mu * (params - global). All three (param_count)

@@ -17,6 +17,14 @@ bool JobChannel::poll(Millis timeout) {
       log(LogLevel::kWarning, "cleaved " + name_ + ": rejected a message from the coordinator: " + r.failure().message);
     return false;
   }
+  if (auto* e = std::get_if<ErrorMsg>(&r.value().body); e && e->code == ErrorCode::kUnsupportedVersion) {
+    // The coordinator cannot read us (message.h: encode_version_error): say why, once a minute at most.
+    if (Clock::now() - last_version_error_ > std::chrono::minutes(1)) {
+      log(LogLevel::kError, "cleaved " + name_ + ": the coordinator refused this daemon: " + e->message);
+      last_version_error_ = Clock::now();
+    }
+    return true;
+  }
   last_heard_ = Clock::now();
   Message& m = r.value();
   if (auto* hb = std::get_if<HeartbeatMsg>(&m.body)) {
@@ -39,7 +47,7 @@ bool JobChannel::poll(Millis timeout) {
         TensorMessage::from_vector(t->kind, t->step, t->micro_batch, t->shape, std::move(values));
   } else if (auto* w = std::get_if<WeightsMsg>(&m.body)) {
     weights_[w->stage] = std::move(m);
-  } else if (std::holds_alternative<AssignMsg>(m.body) || std::holds_alternative<ControlMsg>(m.body)) {
+  } else if (std::holds_alternative<AssignMsg>(m.body) || std::holds_alternative<CommandMsg>(m.body)) {
     commands_.push_back(std::move(m));
   } else {
     log(LogLevel::kWarning, "cleaved " + name_ + ": ignoring unexpected '" + body_kind_name(m.body) +
@@ -57,8 +65,8 @@ std::optional<Message> JobChannel::pop_command() {
 
 bool JobChannel::stop_queued() const {
   for (const auto& m : commands_)
-    if (auto* c = std::get_if<ControlMsg>(&m.body))
-      if (c->command == ControlCommand::kStop || c->command == ControlCommand::kShutdown) return true;
+    if (auto* c = std::get_if<CommandMsg>(&m.body))
+      if (std::holds_alternative<FinishCmd>(c->command) || std::holds_alternative<ShutdownCmd>(c->command)) return true;
   return false;
 }
 
@@ -98,11 +106,13 @@ std::string job_interruption(const JobServing& job) {
 }
 
 JobEnd serve_job(const JobServing& job, const std::function<nlohmann::json()>& finish_detail,
-                 const std::function<std::optional<JobEnd>(const ControlMsg&, uint64_t)>& handle) {
+                 const std::function<std::optional<JobEnd>(const Command&, uint64_t)>& handle,
+                 const std::function<void()>& between) {
   JobChannel& channel = job.channel;
   for (;;) {
     if (job.stop) return JobEnd::abandoned;
     channel.poll(Millis(100));
+    if (between) between();
     if (channel.silence() > Millis(job.timeout_ms)) {
       log(LogLevel::kWarning, "cleaved " + job.name + ": " + job.what + " abandoned: the coordinator has been silent for " +
                                   std::to_string(channel.silence().count()) + " ms");
@@ -114,13 +124,13 @@ JobEnd serve_job(const JobServing& job, const std::function<nlohmann::json()>& f
         channel.send(error_message(ErrorCode::kUnexpectedKind, job.name + " is already running a " + job.what, rid));
         continue;
       }
-      const auto& c = std::get<ControlMsg>(m->body);
-      if (c.command == ControlCommand::kShutdown) {
+      const Command& c = std::get<CommandMsg>(m->body).command;
+      if (std::holds_alternative<ShutdownCmd>(c)) {
         channel.send(ack_message(rid, {{"op", "shutdown"}}));
         log(LogLevel::kInfo, "cleaved " + job.name + ": shutdown requested by the coordinator");
         return JobEnd::shutdown;
       }
-      if (c.command == ControlCommand::kStop) {
+      if (std::holds_alternative<FinishCmd>(c)) {
         nlohmann::json detail = finish_detail();
         detail["op"] = "finish";
         channel.send(ack_message(rid, detail));

@@ -63,6 +63,7 @@ class JobChannel {
   std::map<std::tuple<int, int64_t, int>, transport::TensorMessage> tensors_;
   std::map<int, transport::Message> weights_;
   std::chrono::steady_clock::time_point last_heard_ = std::chrono::steady_clock::now();
+  std::chrono::steady_clock::time_point last_version_error_{};
 };
 
 // How a job served on a JobChannel ended (refused: the assignment was answered
@@ -83,13 +84,17 @@ struct JobServing {
 // the timeout. For long work inside a command (a round, an epoch) to check.
 std::string job_interruption(const JobServing& job);
 
-// Serves the coordinator's commands until the job ends: another assignment is
-// refused ("NAME is already running a WHAT"), Shutdown and Stop are acknowledged
-// (Stop's ack carries {"op": "finish"} plus finish_detail()) and end the job,
-// every other control goes to `handle`, which may end it too. The job is
-// abandoned when the daemon stops or the coordinator is silent past the timeout.
+// The one job loop every job kind runs in (pipeline stage, federated client,
+// split roles): serves the coordinator's commands until the job ends. Another
+// assignment is refused ("NAME is already running a WHAT"), Shutdown and Finish
+// are acknowledged (Finish's ack carries {"op": "finish"} plus finish_detail())
+// and end the job, every other command goes to `handle`, which may end it too.
+// `between` (may be empty) runs after every poll, for mailboxes the job
+// watches. The job is abandoned when the daemon stops or the coordinator is
+// silent past the timeout.
 JobEnd serve_job(const JobServing& job, const std::function<nlohmann::json()>& finish_detail,
-                 const std::function<std::optional<JobEnd>(const transport::ControlMsg&, uint64_t request_id)>& handle);
+                 const std::function<std::optional<JobEnd>(const transport::Command&, uint64_t request_id)>& handle,
+                 const std::function<void()>& between = {});
 
 // An `error` reply for request `request_id`.
 transport::Message error_message(transport::ErrorCode code, const std::string& text, uint64_t request_id);

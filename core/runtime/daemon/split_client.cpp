@@ -33,15 +33,15 @@ class SplitClient {
       : ctx_(ctx), train_(train), data_(data) {}
 
   nlohmann::json setup(const AssignMsg& a) {
-    spec_ = ModelSpec::parse(nlohmann::json::parse(a.model_spec_json), "assigned model");
-    const auto training = nlohmann::json::parse(a.training_json);
-    labels_on_client_ = training.value("labels", std::string("server")) == "client";
-    index_ = training.at("client_index").get<int>();
-    seed_ = training.value("seed", static_cast<uint64_t>(1));
-    batch_ = training.value("batch", static_cast<int64_t>(64));
-    eval_batch_ = training.value("eval_batch", static_cast<int64_t>(256));
+    spec_ = parse_model_text(a.model_spec_json, "assigned model");
+    const SplitJob& job = std::get<SplitJob>(a.job);
+    labels_on_client_ = job.labels_on_client;
+    index_ = job.client_index;
+    seed_ = job.seed;
+    batch_ = job.batch;
+    eval_batch_ = job.eval_batch;
     if (batch_ < 1 || eval_batch_ < 1) throw std::invalid_argument("batch sizes must be positive");
-    const int cut = a.layer_end, cut_back = training.value("cut_back", spec_.num_layers());
+    const int cut = a.layer_end, cut_back = job.cut_back >= 0 ? job.cut_back : spec_.num_layers();
     if (a.layer_begin != 0 || cut < 1 || cut >= spec_.num_layers() || (labels_on_client_ && (cut_back <= cut || cut_back >= spec_.num_layers())))
       throw std::invalid_argument("bad split layout: front [" + std::to_string(a.layer_begin) + ", " + std::to_string(cut) +
                                   "), back cut " + std::to_string(cut_back) + " of " + std::to_string(spec_.num_layers()) + " layers");
@@ -49,9 +49,9 @@ class SplitClient {
       throw std::runtime_error(ctx_.options.name + ": the model's input " + shape_str(spec_.input) +
                                " does not match its data (" + train_.name + " samples " + shape_str(train_.sample_shape) + ")");
     if (train_.size() == 0) throw std::runtime_error(ctx_.options.name + ": this client's shard holds no training samples");
-    OptimizerConfig ocfg = OptimizerConfig::from_json(nlohmann::json::parse(a.optimizer_json));
+    OptimizerConfig ocfg = from_wire(a.optimizer);
     loader_ = std::make_unique<BatchLoader>(train_, batch_, /*shuffle=*/true, seed_ + static_cast<uint64_t>(index_));
-    if (ocfg.total_steps == 0) ocfg.total_steps = loader_->batches_per_epoch() * training.value("epochs", 1);
+    if (ocfg.total_steps == 0) ocfg.total_steps = loader_->batches_per_epoch() * job.epochs;
     const int64_t work_batch = std::max(batch_, eval_batch_);
     StageMemory need = estimate_stage_memory(spec_, 0, cut, ocfg, work_batch, 1, 1);
     if (labels_on_client_) {
@@ -76,7 +76,7 @@ class SplitClient {
       tail_opt_ = std::make_unique<Optimizer>(ctx_.device, ocfg, tail_->param_count());
     }
     // The test split, cut into the same shards as the training split.
-    const int64_t limit_test = training.value("limit_test", static_cast<int64_t>(-1));
+    const int64_t limit_test = job.limit_test;
     try {
       Dataset all = load_dataset(data_.dataset, data_.dataset_dir, /*train=*/false, limit_test);
       test_ = subset(all, shard_indices(all, data_.shard, data_.num_shards, data_.partition, data_.seed));
@@ -106,33 +106,34 @@ class SplitClient {
   JobEnd serve() {
     return serve_job(
         split_serving(ctx_), [this] { return nlohmann::json{{"steps", train_steps_}}; },
-        [this](const ControlMsg& c, uint64_t rid) { return handle(c, rid); });
+        [this](const Command& c, uint64_t rid) { return handle(c, rid); });
   }
 
  private:
   int64_t test_batches() const { return (test_.size() + eval_batch_ - 1) / eval_batch_; }
 
-  std::optional<JobEnd> handle(const ControlMsg& c, uint64_t rid) {
+  std::optional<JobEnd> handle(const Command& c, uint64_t rid) {
     try {
-      if (c.command == ControlCommand::kCheckpoint) {  // SplitFed: hand the client-side blocks in for averaging
+      if (std::holds_alternative<CheckpointCmd>(c)) {  // SplitFed: hand the client-side blocks in for averaging
         send_weights(0, *front_, rid);
         if (tail_) send_weights(2, *tail_, rid);
         return std::nullopt;
       }
-      const nlohmann::json arg = control_argument(c);
-      const std::string op = arg.value("op", std::string());
-      const int round = arg.value("round", 0);
-      nlohmann::json done = {{"op", op + "_done"}, {"round", round}};
-      if (op == "split_round") {
+      const auto* cmd = std::get_if<SplitRoundCmd>(&c);
+      if (!cmd) {
+        ctx_.channel.send(error_message(ErrorCode::kBadMessage, std::string("unexpected command '") + command_name(c) +
+                                                                    "' in a split job", rid));
+        return std::nullopt;
+      }
+      const int round = static_cast<int>(cmd->round);
+      nlohmann::json done = {{"op", std::string(split_phase_name(cmd->phase)) + "_done"}, {"round", round}};
+      if (cmd->phase == SplitPhase::kTrain) {
         done["steps"] = train_round(round);
-      } else if (op == "split_eval") {
+      } else if (cmd->phase == SplitPhase::kEval) {
         evaluate(round);
-      } else if (op == "split_weights") {  // SplitFed: the averaged blocks arrived just before
+      } else {  // SplitFed: the averaged blocks arrived just before
         take_weights(0, *front_);
         if (tail_) take_weights(2, *tail_);
-      } else {
-        ctx_.channel.send(error_message(ErrorCode::kBadMessage, "unknown control op '" + op + "' in a split job", rid));
-        return std::nullopt;
       }
       const LinkStats s = link_->stats();
       done["bytes_sent"] = s.payload_bytes_sent;
@@ -182,7 +183,8 @@ class SplitClient {
         mm.loss_sum = r.loss_sum;
         mm.correct = r.correct;
         mm.sample_count = bt.size;
-        mm.timings_json = nlohmann::json{{"phase", "train"}, {"round", round}}.dump();
+        mm.phase = SplitPhase::kTrain;
+        mm.round = round;
         Message msg;
         msg.body = mm;
         ctx_.channel.send(msg);
@@ -229,7 +231,8 @@ class SplitClient {
     mm.loss_sum = loss_sum;
     mm.correct = correct;
     mm.sample_count = test_.size();
-    mm.timings_json = nlohmann::json{{"phase", "eval"}, {"round", round}}.dump();
+    mm.phase = SplitPhase::kEval;
+    mm.round = round;
     Message msg;
     msg.body = mm;
     ctx_.channel.send(msg);

@@ -3,8 +3,8 @@
 // A split-learning job runs inside cleaved on the connection the daemon
 // already has to the coordinator (JobChannel). The coordinator assigns one
 // daemon without data the server role and every daemon with data
-// (`--dataset ... --shard i/N`) the client role; assign.training_json carries
-// {"mode": "split", "role": "server" | "client", ...}. The server binds one
+// (`--dataset ... --shard i/N`) the client role; the assignment carries a
+// SplitJob (role server or client, batch sizes, the clients' keys). The server binds one
 // peer endpoint per client (each admitting only that client's key); each
 // client dials its endpoint, so cut-layer tensors go straight between client
 // and server and never through the coordinator.
@@ -34,25 +34,18 @@
 #include <string>
 
 #include "core/data/dataset.h"
-#include "core/runtime/daemon/daemon.h"
-#include "core/runtime/daemon/job_channel.h"
+#include "core/runtime/daemon/job_context.h"
 #include "device/device.h"
 #include "transport/keys.h"
 #include "transport/message.h"
 
 namespace cleave {
 
-// True when an assignment starts a split-learning job (training_json {"mode": "split"}).
+// True when an assignment starts a split-learning job (it carries a SplitJob).
 bool is_split_assign(const transport::AssignMsg& assign);
 
-// Where a daemon's split job runs: its device, connection, keys and options.
-struct SplitJobContext {
-  Device& device;
-  JobChannel& channel;
-  const transport::KeyPair& keys;
-  const DaemonOptions& options;
-  const std::atomic<bool>& stop;
-};
+// A split job runs where every job does (job_context.h).
+using SplitJobContext = JobContext;
 
 // The server role: hosts the layers after the cut (vanilla) or between the
 // cuts (U-shaped) for every client of the run. Acknowledges the assignment

@@ -22,9 +22,7 @@ const char* kind_key(TensorKind k) {
 
 }  // namespace
 
-JobServing split_serving(const SplitJobContext& ctx) {
-  return {ctx.channel, ctx.options.name, "split job", ctx.options.coordinator_timeout_ms, ctx.stop};
-}
+JobServing split_serving(const SplitJobContext& ctx) { return ctx.serving("split job"); }
 
 void check_split_job_alive(const SplitJobContext& ctx) {
   if (const std::string why = job_interruption(split_serving(ctx)); !why.empty()) throw SplitJobAborted(why);

@@ -19,11 +19,7 @@ namespace cleave {
 
 using namespace transport;
 
-bool is_split_assign(const AssignMsg& assign) {
-  if (assign.training_json.empty()) return false;
-  auto j = nlohmann::json::parse(assign.training_json, nullptr, false);
-  return !j.is_discarded() && j.is_object() && j.value("mode", std::string()) == "split";
-}
+bool is_split_assign(const AssignMsg& assign) { return std::holds_alternative<SplitJob>(assign.job); }
 
 namespace {
 
@@ -40,17 +36,17 @@ class SplitServer {
 
   // Builds the part and binds the clients' endpoints; returns them for the ack.
   nlohmann::json setup(const AssignMsg& a) {
-    spec_ = ModelSpec::parse(nlohmann::json::parse(a.model_spec_json), "assigned model");
-    const auto training = nlohmann::json::parse(a.training_json);
-    labels_on_client_ = training.value("labels", std::string("server")) == "client";
-    seed_ = training.value("seed", static_cast<uint64_t>(1));
-    const int64_t batch = training.value("batch", static_cast<int64_t>(64));
-    const OptimizerConfig ocfg = OptimizerConfig::from_json(nlohmann::json::parse(a.optimizer_json));
-    const auto& clients = training.at("clients");
-    if (!clients.is_array() || clients.empty()) throw std::invalid_argument("a split server needs at least one client");
+    spec_ = parse_model_text(a.model_spec_json, "assigned model");
+    const SplitJob& job = std::get<SplitJob>(a.job);
+    labels_on_client_ = job.labels_on_client;
+    seed_ = job.seed;
+    const int64_t batch = job.batch;
+    const OptimizerConfig ocfg = from_wire(a.optimizer);
+    const auto& clients = job.clients;
+    if (clients.empty()) throw std::invalid_argument("a split server needs at least one client");
     // Activations of one batch in flight, plus the evaluation batch's working set.
     const StageMemory need = estimate_stage_memory(spec_, a.layer_begin, a.layer_end, ocfg,
-                                                   std::max<int64_t>(batch, training.value("eval_batch", batch)), 1, 1);
+                                                   std::max<int64_t>(batch, job.eval_batch), 1, 1);
     const MemoryInfo mem = ctx_.device.memory();
     if (need.total() > mem.free)
       throw OutOfMemory(ctx_.options.name + " cannot host the split server part (layers " + std::to_string(a.layer_begin) +
@@ -62,12 +58,12 @@ class SplitServer {
     optimizer_ = std::make_unique<Optimizer>(ctx_.device, ocfg, part_->param_count());
     nlohmann::json endpoints = nlohmann::json::object();
     for (const auto& c : clients) {
-      const std::string name = c.at("name").get<std::string>();
+      const std::string& name = c.name;
       ServerOptions so;
       so.bind = ctx_.options.peer_bind;
       so.keys = ctx_.keys;
       so.insecure = ctx_.options.insecure;
-      if (!so.insecure) so.allow.add(name, c.at("public_key").get<std::string>());
+      if (!so.insecure) so.allow.add(name, c.public_key);
       so.label = "cleaved " + ctx_.options.name + " split server for " + name;
       auto server = std::make_unique<ServerEndpoint>(so);
       endpoints[name] = server->endpoint();
@@ -84,7 +80,7 @@ class SplitServer {
   JobEnd serve() {
     return serve_job(
         split_serving(ctx_), [this] { return nlohmann::json{{"received", received_record()}}; },
-        [this](const ControlMsg& c, uint64_t rid) { return handle(c, rid); });
+        [this](const Command& c, uint64_t rid) { return handle(c, rid); });
   }
 
  private:
@@ -94,23 +90,24 @@ class SplitServer {
     int64_t train_steps = 0;  // training batches served (dropout seeds)
   };
 
-  std::optional<JobEnd> handle(const ControlMsg& c, uint64_t rid) {
-    nlohmann::json arg;
+  std::optional<JobEnd> handle(const Command& c, uint64_t rid) {
+    const auto* cmd = std::get_if<SplitRoundCmd>(&c);
+    if (!cmd || cmd->phase == SplitPhase::kAverage) {
+      ctx_.channel.send(error_message(ErrorCode::kBadMessage, std::string("unexpected command '") + command_name(c) +
+                                                                  "' for a split server", rid));
+      return std::nullopt;
+    }
+    const std::string op = split_phase_name(cmd->phase);
+    const int round = static_cast<int>(cmd->round);
     try {
-      arg = control_argument(c);
-      const std::string op = arg.value("op", std::string());
-      const std::vector<int> order = arg.value("order", std::vector<int>{});
-      for (int ci : order)
+      for (int ci : cmd->order)
         if (ci < 0 || ci >= static_cast<int>(clients_.size()))
           throw std::invalid_argument("split order names client " + std::to_string(ci) + " of " +
                                       std::to_string(clients_.size()));
-      if (c.command == ControlCommand::kStart && op == "split_round") {
-        for (int ci : order) train_batch(ci, arg.value("round", 0));
-      } else if (c.command == ControlCommand::kStart && op == "split_eval") {
-        for (int ci : order) eval_batch(ci);
+      if (cmd->phase == SplitPhase::kTrain) {
+        for (int ci : cmd->order) train_batch(ci, round);
       } else {
-        ctx_.channel.send(error_message(ErrorCode::kBadMessage, "unknown control op '" + op + "' in a split job", rid));
-        return std::nullopt;
+        for (int ci : cmd->order) eval_batch(ci);
       }
       nlohmann::json links = nlohmann::json::object();
       for (const auto& cl : clients_) {
@@ -118,7 +115,7 @@ class SplitServer {
         links[cl.link->peer()] = {{"bytes_sent", s.payload_bytes_sent}, {"bytes_received", s.payload_bytes_received},
                                   {"messages_sent", s.messages_sent}, {"messages_received", s.messages_received}};
       }
-      ctx_.channel.send(ack_message(rid, {{"op", op + "_done"}, {"round", arg.value("round", 0)}, {"links", links},
+      ctx_.channel.send(ack_message(rid, {{"op", op + "_done"}, {"round", round}, {"links", links},
                                          {"received", received_record()}}));
     } catch (const SplitJobAborted& e) {
       log(LogLevel::kWarning, "cleaved " + ctx_.options.name + ": split job ended: " + e.what());
@@ -147,7 +144,8 @@ class SplitServer {
       mm.loss_sum = r.loss_sum;
       mm.correct = r.correct;
       mm.sample_count = n;
-      mm.timings_json = nlohmann::json{{"phase", "train"}, {"round", round}}.dump();
+      mm.phase = SplitPhase::kTrain;
+      mm.round = round;
       Message msg;
       msg.body = mm;
       ctx_.channel.send(msg);

@@ -1,0 +1,280 @@
+// pipeline_job.cpp: see pipeline_job.h.
+#include "core/runtime/daemon/pipeline_job.h"
+
+#include <map>
+#include <memory>
+#include <stdexcept>
+#include <tuple>
+
+#include "core/model/model_spec.h"
+#include "core/pipeline/schedule.h"
+#include "core/pipeline/stage.h"
+#include "core/runtime/common/memory_estimate.h"
+#include "core/runtime/common/stage_state.h"
+#include "core/runtime/common/wire.h"
+#include "transport/endpoint.h"
+#include "transport/link.h"
+#include "transport/log.h"
+
+namespace cleave {
+namespace {
+
+using namespace transport;
+using Clock = std::chrono::steady_clock;
+
+struct JobAborted : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// The stage this daemon runs and its links.
+struct StageJob {
+  AssignMsg assign;
+  ModelSpec spec;
+  ScheduleKind schedule = ScheduleKind::gpipe;
+  int microbatches = 1;
+  uint64_t seed = 1;
+  std::unique_ptr<Stage> stage;
+  std::unique_ptr<ServerEndpoint> peer_server;  // the previous stage dials in here
+  std::unique_ptr<TensorLink> prev, next;
+  std::unique_ptr<StageTracer> tracer;
+  std::map<std::tuple<int, int64_t, int>, TensorMessage> early;  // link messages that arrived ahead
+  int64_t steps = 0;
+};
+
+// Where a running stage's tensors come from and go to: the coordinator's
+// mailbox (inputs, labels) and the links to the neighbouring stages.
+class DaemonIO : public StageIO {
+ public:
+  DaemonIO(const JobContext& ctx, StageJob& job) : ctx_(ctx), job_(job) {}
+
+  Tensor receive_input(int64_t step, int mb) override {
+    if (!job_.prev) return from_message(ctx_.device, wait_coordinator(TensorKind::kInput, step, mb));
+    return from_message(ctx_.device, wait_link(*job_.prev, "previous stage", TensorKind::kActivation, step, mb));
+  }
+  Tensor receive_targets(int64_t step, int mb) override {
+    return from_message(ctx_.device, wait_coordinator(TensorKind::kLabels, step, mb));
+  }
+  void send_output(int64_t step, int mb, const Tensor& y) override {
+    send(*job_.next, "next stage", to_message(y, TensorKind::kActivation, step, mb));
+  }
+  Tensor receive_output_grad(int64_t step, int mb) override {
+    return from_message(ctx_.device, wait_link(*job_.next, "next stage", TensorKind::kGradient, step, mb));
+  }
+  void send_input_grad(int64_t step, int mb, const Tensor& dx) override {
+    send(*job_.prev, "previous stage", to_message(dx, TensorKind::kGradient, step, mb));
+  }
+
+ private:
+  void check_alive() {
+    if (const std::string why = job_interruption(ctx_.serving("stage")); !why.empty()) throw JobAborted(why);
+  }
+
+  TensorMessage wait_coordinator(TensorKind kind, int64_t step, int mb) {
+    for (;;) {
+      if (auto t = ctx_.channel.take_tensor(kind, step, mb)) return std::move(*t);
+      check_alive();
+      ctx_.channel.poll(Millis(50));
+    }
+  }
+
+  TensorMessage wait_link(TensorLink& link, const char* which, TensorKind kind, int64_t step, int mb) {
+    const auto key = std::make_tuple(static_cast<int>(kind), step, mb);
+    for (;;) {
+      if (auto it = job_.early.find(key); it != job_.early.end()) {
+        TensorMessage t = std::move(it->second);
+        job_.early.erase(it);
+        return t;
+      }
+      auto r = link.receive(Millis(20));
+      if (r) {
+        TensorMessage& t = r.value();
+        if (static_cast<int>(t.kind) == static_cast<int>(kind) && t.step == step && t.micro_batch == mb) return std::move(t);
+        job_.early[{static_cast<int>(t.kind), t.step, t.micro_batch}] = std::move(t);
+        continue;
+      }
+      if (r.is(FailureKind::kClosed)) throw std::runtime_error(std::string("link to the ") + which + " closed");
+      if (r.is(FailureKind::kRejected))
+        log(LogLevel::kWarning, "cleaved " + ctx_.options.name + ": rejected input from the " + which + ": " +
+                                    r.failure().message);
+      ctx_.channel.drain();
+      check_alive();
+    }
+  }
+
+  void send(TensorLink& link, const char* which, const TensorMessage& m) {
+    for (;;) {
+      Status s = link.send(m);
+      if (s) return;
+      if (!s.is(FailureKind::kUnreachable))
+        throw std::runtime_error(std::string("cannot send to the ") + which + ": " + s.failure().message);
+      // The previous stage has not said hello yet: wait for it.
+      ctx_.channel.poll(Millis(20));
+      check_alive();
+    }
+  }
+
+  const JobContext& ctx_;
+  StageJob& job_;
+};
+
+// Builds the stage of `a`, or throws (OutOfMemory, a bad model) with the reason.
+std::unique_ptr<StageJob> build_stage(const JobContext& ctx, const AssignMsg& a) {
+  const DaemonOptions& opts = ctx.options;
+  auto j = std::make_unique<StageJob>();
+  const auto& pj = std::get<PipelineJob>(a.job);
+  j->assign = a;
+  j->spec = parse_model_text(a.model_spec_json, "assigned model");
+  j->schedule = schedule_from_wire(pj.schedule);
+  j->microbatches = pj.microbatches;
+  j->seed = pj.seed;
+  const OptimizerConfig ocfg = from_wire(a.optimizer);
+  const StageMemory need = estimate_stage_memory(j->spec, a.layer_begin, a.layer_end, ocfg, pj.batch,
+                                                 max_in_flight(j->schedule, a.stage, a.num_stages, j->microbatches),
+                                                 j->microbatches);
+  const MemoryInfo mem = ctx.device.memory();
+  if (need.total() > mem.free)
+    throw OutOfMemory(opts.name + " cannot host stage " + std::to_string(a.stage) + " (layers " +
+                      std::to_string(a.layer_begin) + ".." + std::to_string(a.layer_end - 1) + "): it needs " +
+                      need.describe() + " but only " + format_mib(mem.free) + " is available" +
+                      (opts.memory_limit ? " under --memory-limit " + format_mib(opts.memory_limit) : ""));
+  j->stage = std::make_unique<Stage>(ctx.device, j->spec, a.layer_begin, a.layer_end, a.stage, a.num_stages, ocfg);
+  j->stage->partition().init(j->seed);
+  j->stage->partition().zero_grad();
+  if (a.prev) {
+    ServerOptions sopts;
+    sopts.bind = opts.peer_bind;
+    sopts.keys = ctx.keys;
+    sopts.insecure = opts.insecure;
+    if (!opts.insecure) sopts.allow.add(a.prev->name.empty() ? "prev" : a.prev->name, a.prev->public_key);
+    sopts.label = "cleaved " + opts.name + " peer";
+    j->peer_server = std::make_unique<ServerEndpoint>(sopts);
+  }
+  j->tracer = std::make_unique<StageTracer>(a.stage, Clock::time_point{});
+  return j;
+}
+
+class PipelineStage {
+ public:
+  PipelineStage(const JobContext& ctx, std::unique_ptr<StageJob> job) : ctx_(ctx), job_(std::move(job)) {}
+
+  JobEnd serve() {
+    return serve_job(
+        ctx_.serving("stage"), [this] { return finish_detail(); },
+        [this](const Command& c, uint64_t rid) { return handle(c, rid); }, [this] { take_starting_state(); });
+  }
+
+ private:
+  nlohmann::json finish_detail() const {
+    nlohmann::json events = nlohmann::json::array();
+    for (const auto& e : job_->tracer->events()) events.push_back(to_json(e));
+    return {{"trace", events}, {"busy", job_->tracer->busy_seconds()}, {"steps", job_->steps}};
+  }
+
+  // A stage state to start from (--load, --init), when one arrived.
+  void take_starting_state() {
+    auto w = ctx_.channel.take_weights(job_->stage->index());
+    if (!w) return;
+    Stage& stage = *job_->stage;
+    try {
+      const size_t buffers = stage.optimizer().state().size();
+      restore_stage_state(stage, read_stage_state(*w, stage.partition().param_count(), buffers));
+      ctx_.channel.send(ack_message(w->request_id, {{"op", "load_state"}}));
+    } catch (const std::exception& e) {
+      ctx_.channel.send(error_message(ErrorCode::kBadMessage,
+                                      ctx_.options.name + " cannot load the stage state: " + e.what(), w->request_id));
+    }
+  }
+
+  std::optional<JobEnd> handle(const Command& c, uint64_t rid) {
+    try {
+      if (const auto* s = std::get_if<StepCmd>(&c)) {
+        step(*s);
+      } else if (const auto* k = std::get_if<ConnectCmd>(&c)) {
+        connect(*k);
+        ctx_.channel.send(ack_message(rid, {{"op", "connect"}}));
+      } else if (const auto* ck = std::get_if<CheckpointCmd>(&c)) {
+        // kParams: the parameters (to evaluate); kParamsAndOptimizer: with the optimizer state (--save).
+        const bool with_optimizer = ck->what == StateKind::kParamsAndOptimizer;
+        ctx_.channel.send(stage_state_message(capture_stage_state(*job_->stage, with_optimizer), rid));
+      } else {
+        ctx_.channel.send(error_message(ErrorCode::kBadMessage, std::string("unexpected command '") + command_name(c) +
+                                                                    "' for a pipeline stage", rid));
+      }
+    } catch (const JobAborted& e) {
+      log(LogLevel::kWarning, "cleaved " + ctx_.options.name + ": job ended: " + e.what());
+      return JobEnd::abandoned;
+    } catch (const std::exception& e) {
+      const std::string text =
+          ctx_.options.name + " (stage " + std::to_string(job_->stage->index()) + ") failed: " + e.what();
+      ctx_.channel.send(error_message(ErrorCode::kInternal, text, rid));
+      log(LogLevel::kWarning, "cleaved " + ctx_.options.name + ": job ended: " + e.what());
+      return JobEnd::abandoned;
+    }
+    return std::nullopt;
+  }
+
+  void connect(const ConnectCmd& k) {
+    const DaemonOptions& opts = ctx_.options;
+    StageJob& job = *job_;
+    if (job.assign.next) {
+      ClientOptions lo;
+      lo.connect = k.next_endpoint;
+      lo.keys = ctx_.keys;
+      lo.server_public_key = job.assign.next->public_key;
+      lo.insecure = opts.insecure;
+      lo.label = "cleaved " + opts.name + " -> next";
+      job.next = dial_tensor_link(lo, job.assign.link_encoding);
+      if (opts.bandwidth_limit > 0) job.next = throttle_link(std::move(job.next), opts.bandwidth_limit);
+    }
+    if (job.assign.prev) {
+      job.prev = serve_tensor_link(*job.peer_server, job.assign.prev->name.empty() ? "prev" : job.assign.prev->name,
+                                   job.assign.link_encoding);
+      if (opts.bandwidth_limit > 0) job.prev = throttle_link(std::move(job.prev), opts.bandwidth_limit);
+    }
+  }
+
+  void step(const StepCmd& s) {
+    StageJob& job = *job_;
+    const int m = static_cast<int>(std::min<int64_t>(job.microbatches, s.batch));
+    DaemonIO io(ctx_, job);
+    auto actions = make_schedule(job.schedule, job.stage->index(), job.stage->count(), m);
+    const double t0 = monotonic_us();
+    StepMetrics sm = job.stage->run(actions, io, s.step, s.batch, job.seed, job.tracer.get());
+    ++job.steps;
+    MetricsMsg mm;
+    mm.stage = job.stage->index();
+    mm.step = s.step;
+    mm.loss_sum = sm.loss_sum;
+    mm.correct = sm.correct;
+    mm.sample_count = sm.samples;
+    mm.step_ms = (monotonic_us() - t0) / 1000.0;
+    Message msg;
+    msg.body = mm;
+    ctx_.channel.send(msg);
+  }
+
+  const JobContext& ctx_;
+  std::unique_ptr<StageJob> job_;
+};
+
+}  // namespace
+
+JobEnd run_pipeline_stage(const JobContext& ctx, const AssignMsg& a, uint64_t request_id) {
+  std::unique_ptr<StageJob> job;
+  try {
+    job = build_stage(ctx, a);
+  } catch (const std::exception& e) {
+    log(LogLevel::kWarning, "cleaved " + ctx.options.name + ": refused assignment: " + e.what());
+    ctx.channel.send(error_message(ErrorCode::kRefused, e.what(), request_id));
+    return JobEnd::refused;
+  }
+  nlohmann::json detail = nlohmann::json::object();
+  if (job->peer_server) detail["peer_endpoint"] = job->peer_server->endpoint();
+  log(LogLevel::kInfo, "cleaved " + ctx.options.name + ": assigned stage " + std::to_string(a.stage) + " of " +
+                           std::to_string(a.num_stages) + ": layers " + std::to_string(a.layer_begin) + ".." +
+                           std::to_string(a.layer_end - 1));
+  ctx.channel.send(ack_message(request_id, detail));
+  return PipelineStage(ctx, std::move(job)).serve();
+}
+
+}  // namespace cleave
