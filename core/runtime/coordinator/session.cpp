@@ -1,0 +1,67 @@
+// session.cpp: see session.h.
+#include "core/runtime/coordinator/session.h"
+
+#include <chrono>
+#include <stdexcept>
+
+#include "transport/keys.h"
+
+namespace cleave {
+
+using namespace transport;
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+Session::Session(SessionOptions options) : options_(std::move(options)) {
+  ServerOptions so;
+  so.bind = options_.listen;
+  so.insecure = options_.insecure;
+  so.label = options_.who == "cleave" ? "cleave coordinator" : options_.who;
+  if (!options_.insecure) {
+    so.keys = load_secret_key(options_.key_path);
+    so.allow = AllowList::load(options_.allow_path);
+  }
+  server_ = std::make_unique<ServerEndpoint>(so);
+  pool_ = std::make_unique<PeerPool>(*server_, options_.who, options_.peer_timeout_ms, options_.interrupted);
+  if (options_.on_listening) options_.on_listening(server_->endpoint());
+}
+
+void Session::register_until(int timeout_ms, const std::function<bool()>& done,
+                             const std::function<void(const Registration&)>& offer,
+                             const std::function<std::string(const std::string&)>& missing) {
+  const auto t0 = Clock::now();
+  while (!done()) {
+    if (seconds_since(t0) * 1000 > timeout_ms) {
+      std::string names;
+      for (const auto& p : pool_->peers()) names += (names.empty() ? "" : ", ") + p.name;
+      throw std::runtime_error(missing(names));
+    }
+    auto got = pool_->receive(Millis(200));
+    if (!got) continue;
+    const auto* r = std::get_if<RegisterMsg>(&got->message.body);
+    if (!r || pool_->has(got->peer)) continue;
+    nlohmann::json details = nlohmann::json::parse(r->details_json.empty() ? "{}" : r->details_json, nullptr, false);
+    if (details.is_discarded() || !details.is_object()) details = nlohmann::json::object();
+    offer(Registration{got->peer, *r, std::move(details)});
+  }
+}
+
+void Session::release(const std::vector<std::string>& names, bool shutdown) {
+  for (const auto& name : names) {
+    if (pool_->has(name) && pool_->at(name).dead) continue;
+    (void)server_->send(name, command_message(FinishCmd{}, next_request_id()));
+    if (shutdown) (void)server_->send(name, command_message(ShutdownCmd{}, next_request_id()));
+  }
+}
+
+nlohmann::json Session::devices_json(const std::vector<std::string>& names) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& name : names) {
+    const PoolPeer& p = pool_->at(name);
+    out.push_back({{"name", p.name}, {"gflops", p.reg.compute_gflops}, {"details", p.details}});
+  }
+  return out;
+}
+
+}  // namespace cleave

@@ -1,0 +1,91 @@
+// session.h: what every coordinator run has, whatever its job kind — the one
+// skeleton the pipeline, federated and split drivers are built on.
+//
+// A Session listens (CURVE with the coordinator's key and the allow-list, or
+// plain TCP with --insecure), owns the roster of daemons with liveness
+// (PeerPool: heartbeats, silence, disconnects, the message audit), hands out
+// request ids from one counter, runs registration until the driver has the
+// daemons it needs, and releases the daemons at the end — and on any error,
+// so that a failed run never leaves a daemon serving a dead job. A driver
+// holds only what is particular to its job kind.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/runtime/coordinator/peer_pool.h"
+#include "transport/endpoint.h"
+#include "transport/message.h"
+
+namespace cleave {
+
+struct SessionOptions {
+  std::string who;         // log and progress prefix: "cleave", "cleave fed", "cleave split"
+  std::string listen;      // ZeroMQ endpoint to bind, e.g. tcp://*:7000
+  std::string key_path;    // the coordinator's secret key
+  std::string allow_path;  // directory of admitted .pub files (or one file)
+  bool insecure = false;
+  int peer_timeout_ms = 5000;
+  std::function<bool()> interrupted;                     // polled; true stops the run
+  std::function<void(const std::string&)> on_listening;  // called with the bound endpoint
+};
+
+// One registration seen by Session::register_until.
+struct Registration {
+  std::string peer;  // its authenticated name
+  const transport::RegisterMsg& reg;
+  nlohmann::json details;  // reg.details_json parsed ({} when absent or not a JSON object)
+};
+
+class Session {
+ public:
+  explicit Session(SessionOptions options);
+
+  transport::ServerEndpoint& server() { return *server_; }
+  PeerPool& pool() { return *pool_; }
+  const std::string& who() const { return options_.who; }
+  uint64_t next_request_id() { return pool_->next_request_id(); }
+
+  // Registration: every daemon that registers for the first time is offered
+  // to `offer` (which adds it to the pool when it wants it) until `done()`.
+  // After `timeout_ms` it throws std::runtime_error("TEXT") with
+  // TEXT = missing(names of those registered so far).
+  void register_until(int timeout_ms, const std::function<bool()>& done,
+                      const std::function<void(const Registration&)>& offer,
+                      const std::function<std::string(const std::string& registered)>& missing);
+
+  // Ends the job of each of `names` that is still alive (Finish) and, when
+  // `shutdown`, tells it to exit. Errors are ignored: the daemons notice a
+  // silent coordinator anyway.
+  void release(const std::vector<std::string>& names, bool shutdown);
+
+  // Runs `body`; if it throws, stops monitoring, calls `stop` (release the
+  // daemons) and rethrows: the orderly stop on error every driver needs.
+  template <typename Body>
+  auto stop_on_error(Body&& body, const std::function<void()>& stop) -> decltype(body()) {
+    try {
+      return body();
+    } catch (...) {
+      pool_->set_monitoring(false);
+      stop();
+      throw;
+    }
+  }
+
+  // {"name", "gflops", "details"} of each of `names`, for the result JSON.
+  nlohmann::json devices_json(const std::vector<std::string>& names);
+
+ private:
+  SessionOptions options_;
+  std::unique_ptr<transport::ServerEndpoint> server_;
+  std::unique_ptr<PeerPool> pool_;
+};
+
+// Seconds since `t0`.
+double seconds_since(std::chrono::steady_clock::time_point t0);
+
+}  // namespace cleave
