@@ -11,7 +11,7 @@
 #include "apps/cleave/commands.h"
 #include "apps/common/processes.h"
 #include "apps/cleave/train_flags.h"
-#include "core/runtime/coordinator/coordinator.h"
+#include "core/runtime/coordinator/pipeline.h"
 #include "transport/keys.h"
 
 namespace cleave {

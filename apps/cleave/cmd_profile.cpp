@@ -7,7 +7,7 @@
 #include "apps/cleave/commands.h"
 #include "apps/cleave/coordinator_flags.h"
 #include "apps/cleave/train_flags.h"
-#include "core/runtime/coordinator/coordinator.h"
+#include "core/runtime/coordinator/pipeline.h"
 
 namespace cleave {
 

@@ -53,7 +53,7 @@
 
 #include "device/cpu/openmp_policy.h"
 #include "core/io/json_file.h"
-#include "core/runtime/coordinator/coordinator.h"
+#include "core/runtime/coordinator/pipeline.h"
 #include "apps/common/processes.h"
 #include "core/train/local_trainer.h"
 #include "core/train/train_config.h"

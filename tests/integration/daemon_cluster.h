@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "core/data/dataset.h"
-#include "core/runtime/coordinator/coordinator.h"
+#include "core/runtime/coordinator/pipeline.h"
 #include "apps/common/processes.h"
 #include "transport/keys.h"
 

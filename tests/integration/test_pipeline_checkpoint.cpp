@@ -13,7 +13,7 @@
 #include "core/io/safetensors.h"
 #include "core/io/state_dict.h"
 #include "core/model/model_spec.h"
-#include "core/runtime/coordinator/coordinator.h"
+#include "core/runtime/coordinator/pipeline.h"
 #include "core/train/local_trainer.h"
 #include "core/train/train_checkpoint.h"
 #include "integration/daemon_cluster.h"

@@ -15,7 +15,7 @@
 #include <thread>
 
 #include "core/data/dataset.h"
-#include "core/runtime/coordinator/coordinator.h"
+#include "core/runtime/coordinator/pipeline.h"
 #include "core/train/local_trainer.h"
 #include "integration/daemon_cluster.h"
 

@@ -6,7 +6,7 @@
 #include <catch2/catch.hpp>
 
 #include "core/data/dataset.h"
-#include "core/runtime/coordinator/coordinator.h"
+#include "core/runtime/coordinator/pipeline.h"
 #include "integration/daemon_cluster.h"
 
 using namespace cleave;

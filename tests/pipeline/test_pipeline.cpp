@@ -14,7 +14,8 @@
 #include "core/pipeline/schedule.h"
 #include "core/pipeline/stage.h"
 #include "core/pipeline/trace.h"
-#include "core/runtime/coordinator/coordinator.h"
+#include "core/planner/balance.h"
+#include "core/runtime/coordinator/pipeline.h"
 #include "core/train/train_config.h"
 #include "core/util/rng.h"
 

@@ -1,4 +1,4 @@
-// coordinator.h: pipelined training across cleaved daemons (`cleave train`
+// pipeline.h: pipelined training across cleaved daemons (`cleave train`
 // without --local, and `cleave demo`).
 //
 // The coordinator listens (CURVE + allow-list), waits for N daemons to register,
@@ -42,9 +42,5 @@ struct ClusterOptions {
 // Runs the job; returns the result JSON. Throws std::runtime_error with a clear
 // message on failure.
 nlohmann::json train_pipeline(const TrainConfig& config, const ClusterOptions& cluster);
-
-// Contiguous split of `costs` into `parts` ranges minimising the largest range
-// sum (each range non-empty). Returns the `parts + 1` boundaries.
-std::vector<int> balance_ranges(const std::vector<double>& costs, int parts);
 
 }  // namespace cleave

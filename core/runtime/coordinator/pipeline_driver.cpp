@@ -1,0 +1,495 @@
+// pipeline_driver.cpp: pipelined training across daemons; see pipeline.h,
+// pipeline_driver.h and docs/protocol.md.
+#include "core/runtime/coordinator/pipeline_driver.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <limits>
+#include <stdexcept>
+
+#include "core/model/partition.h"
+#include "core/planner/balance.h"
+#include "core/planner/plan_report.h"
+#include "core/planner/devices_file.h"
+#include "core/planner/profile.h"
+#include "core/runtime/common/wire.h"
+#include "device/device.h"
+
+namespace cleave {
+namespace pipeline_detail {
+
+using namespace transport;
+
+nlohmann::json Driver::run() {
+  load_inputs();
+  SessionOptions so{"cleave", opts_.listen, opts_.key_path, opts_.allow_path, opts_.insecure,
+                    opts_.peer_timeout_ms, opts_.interrupted, opts_.on_listening};
+  session_ = std::make_unique<Session>(so);
+  if (cfg_.progress)
+    std::fprintf(stderr, "cleave: listening on %s, waiting for %d device(s)\n", session_->server().endpoint().c_str(),
+                 opts_.devices);
+  register_devices();
+  return session_->stop_on_error(
+      [&] {
+        if (opts_.profile_only) return profile_result();
+        plan();
+        assign_stages();
+        train();
+        auto cpu = open_device("cpu", DeviceOptions{});
+        Partition whole(*cpu, spec_, 0, spec_.num_layers());
+        const std::vector<float> params = gather_params();
+        if (static_cast<int64_t>(params.size()) != whole.param_count())
+          fail("gathered " + std::to_string(params.size()) + " parameters from the stages but the model has " +
+               std::to_string(whole.param_count()));
+        whole.params().from_host(params);
+        finish_stages();
+        // Evaluate only after the daemons are released: this takes seconds in
+        // which no daemon has reason to talk to us.
+        const EvalResult ev = evaluate(whole, test_, 256);
+        write_trace();
+        if (cfg_.progress)
+          std::fprintf(stderr, "test accuracy %.4f  test loss %.4f  (%lld samples)\n", ev.accuracy, ev.loss,
+                       static_cast<long long>(ev.samples));
+        return result(ev, whole.param_count());
+      },
+      [&] { stop_all(); });
+}
+
+void Driver::load_inputs() {
+  spec_ = ModelSpec::load(cfg_.model_path);
+  train_ = load_dataset(cfg_.dataset, cfg_.dataset_dir, true, cfg_.limit_train);
+  test_ = load_dataset(cfg_.dataset, cfg_.dataset_dir, false, cfg_.limit_test);
+  schedule_ = parse_schedule(opts_.schedule);
+  encoding_ = transport::parse_encoding(opts_.encoding);
+  if (opts_.devices < 1) fail("--devices must be at least 1");
+  if (opts_.devices > spec_.num_layers())
+    fail(cfg_.model_path + " has " + std::to_string(spec_.num_layers()) + " layers: it cannot be split over " +
+         std::to_string(opts_.devices) + " devices");
+  if (!cfg_.load_path.empty() && !cfg_.init_path.empty())
+    fail("--load and --init both say where training starts: give one of them");
+}
+
+void Driver::register_devices() {
+  session_->register_until(
+      opts_.register_timeout_ms, [&] { return static_cast<int>(devices_.size()) >= opts_.devices; },
+      [&](const Registration& r) {
+        devices_.push_back({r.peer, r.reg, -1, ""});
+        session_->pool().add(r.peer, r.reg, nlohmann::json::object());
+        if (cfg_.progress)
+          std::fprintf(stderr, "cleave: device %s registered (%s, %.1f GFLOP/s, %.0f MiB free)\n", r.peer.c_str(),
+                       r.reg.device_name.c_str(), r.reg.compute_gflops, r.reg.memory_free / 1048576.0);
+      },
+      [&](const std::string& names) {
+        return "only " + std::to_string(devices_.size()) + " of " + std::to_string(opts_.devices) +
+               " devices registered within " + std::to_string(opts_.register_timeout_ms / 1000) + " s" +
+               (names.empty() ? "" : " (" + names + ")") + ": start more cleaved daemons with keys in " +
+               opts_.allow_path;
+      });
+  std::sort(devices_.begin(), devices_.end(),
+            [](const StageDevice& a, const StageDevice& b) { return a.name < b.name; });
+}
+
+// `cleave profile`: release the daemons and return what was measured, in the
+// devices-file format `cleave plan --devices` reads.
+nlohmann::json Driver::profile_result() {
+  const Cluster cluster = profile_cluster();
+  stop_all();
+  nlohmann::json out = cluster_to_json(cluster);  // devices carry "layer_seconds" for this model
+  out["description"] = "measured by cleave profile for model " + spec_.name + " (batch " +
+                       std::to_string(cfg_.batch) + ", " + std::to_string(cfg_.microbatches) + " micro-batches)";
+  return out;
+}
+
+// "balance": every device gets a stage, layers split evenly by compute
+// (core/planner/balance.h). "auto": profile the devices (per-layer times
+// measured on each for this model, links probed over their encrypted
+// connections, bandwidth limits they declare) and let the planner choose
+// stages and devices.
+void Driver::plan() {
+  if (opts_.planner == "balance" || opts_.devices == 1) {
+    bounds_ = balanced_bounds(spec_, cfg_.batch, opts_.devices);
+  } else if (opts_.planner == "auto") {
+    const Cluster cluster = profile_cluster();
+    PlanOptions po;
+    po.schedule = schedule_ == ScheduleKind::gpipe ? Schedule::gpipe : Schedule::one_f_one_b;
+    po.microbatches = cfg_.microbatches;
+    po.batch = cfg_.batch;
+    po.encoding = cleave::parse_encoding(opts_.encoding);
+    const ModelProfile mp = profile_model(spec_, cfg_.optimizer.kind, cfg_.optimizer.momentum);
+    const Plan pl = plan_shared_hosts(mp, cluster, po);
+    plan_json_ = to_json(pl, mp);
+    profile_json_ = cluster_to_json(cluster);
+    if (cfg_.progress) std::fprintf(stderr, "%s", format_plan_table(pl, mp).c_str());
+    std::vector<StageDevice> ordered;
+    bounds_ = {0};
+    for (const StagePlan& st : pl.stages) {
+      ordered.push_back(*std::find_if(devices_.begin(), devices_.end(),
+                                      [&](const StageDevice& d) { return d.name == st.device_name; }));
+      bounds_.push_back(st.end);
+    }
+    for (const auto& d : devices_)
+      if (std::none_of(ordered.begin(), ordered.end(), [&](const StageDevice& o) { return o.name == d.name; }))
+        idle_.push_back(d);
+    devices_ = ordered;
+    predicted_batch_seconds_ = pl.batch_seconds;
+  } else {
+    fail("unknown --planner '" + opts_.planner + "': use auto or balance");
+  }
+  for (size_t i = 0; i < devices_.size(); ++i) devices_[i].stage = static_cast<int>(i);
+  stage_counts_ = stage_param_counts(spec_, bounds_);
+  ocfg_ = cfg_.optimizer;
+  loader_ = std::make_unique<BatchLoader>(train_, cfg_.batch, true, cfg_.seed);
+  if (ocfg_.total_steps == 0) ocfg_.total_steps = loader_->batches_per_epoch() * cfg_.epochs;
+  ocfg_.validate();
+  // --load / --init: read and check the file before any daemon is assigned.
+  start_ = read_starting_point(cfg_, spec_, ocfg_, bounds_);
+  for (const auto& d : idle_) session_->pool().release(d.name);  // left unused by the planner: nothing to watch
+}
+
+// Assign stages (each daemon with a previous stage answers with the endpoint
+// that stage must dial), connect them, and send the state to start from.
+void Driver::assign_stages() {
+  assigned_ = true;
+  session_->pool().set_monitoring(true);
+  const int p = static_cast<int>(devices_.size());
+  const PipelineJob job{schedule_to_wire(schedule_), cfg_.microbatches, cfg_.seed, cfg_.batch};
+  for (int s = 0; s < p; ++s) {
+    AssignMsg a;
+    a.stage = s;
+    a.num_stages = p;
+    a.layer_begin = bounds_[s];
+    a.layer_end = bounds_[s + 1];
+    a.model_spec_json = spec_.to_json().dump();
+    a.optimizer = to_wire(ocfg_);
+    a.job = job;
+    a.link_encoding = encoding_;
+    auto peer_of = [&](int i) { return PeerInfo{"", devices_[i].reg.public_key, devices_[i].name}; };
+    if (s > 0) a.prev = peer_of(s - 1);
+    if (s + 1 < p) a.next = peer_of(s + 1);
+    Message m;
+    m.body = a;
+    const Received r = request(devices_[s].name, std::move(m), "its stage assignment", Millis(60000));
+    devices_[s].peer_endpoint = ack_detail(r).value("peer_endpoint", std::string());
+  }
+  for (int s = 0; s < p; ++s)
+    (void)request(devices_[s].name,
+                  command_message(ConnectCmd{s + 1 < p ? devices_[s + 1].peer_endpoint : std::string()}),
+                  "the connect request", Millis(30000));
+  for (const StageState& st : start_.stages)  // weights (and optimizer state) to start from
+    (void)request(devices_[st.stage].name, stage_state_message(st, 0), "its starting state", Millis(60000));
+}
+
+void Driver::train() {
+  pos_ = start_.position;
+  step_ = next_loss_step_ = pos_.step;
+  bar_ = std::make_unique<ProgressBar>(cfg_.progress);
+  const int64_t per_epoch = loader_->batches_per_epoch();
+  bool stopped = false;
+  for (int64_t epoch = pos_.epoch; epoch < cfg_.epochs && !stopped; ++epoch) {
+    loader_->start_epoch(epoch);
+    bar_->begin(epoch + 1, cfg_.epochs, per_epoch);
+    t_epoch_ = Clock::now();
+    epoch_first_step_ = step_;
+    epoch_samples_ = 0;
+    for (int64_t b = (epoch == start_.position.epoch ? start_.position.batch : 0); b < per_epoch; ++b) {
+      if (cfg_.max_steps >= 0 && step_ >= cfg_.max_steps) {
+        stopped = true;
+        break;
+      }
+      stream_batch(step_, loader_->get(b));
+      ++step_;
+      pos_.step = step_;
+      pos_.batch = b + 1;
+      // Keep at most two steps in flight so the first stage can start the
+      // next batch while the last one finishes this one.
+      collect(step_ - 1);
+      if (cfg_.save_every > 0 && !cfg_.save_path.empty() && step_ % cfg_.save_every == 0) {
+        collect(step_);  // every stage has applied this step
+        save_training_state(cfg_.save_path, assemble_training_state(cfg_, spec_, ocfg_, pos_,
+                                                                    gather_states(optimizer_state_names(ocfg_).size())));
+      }
+    }
+    collect(step_);
+    if (!stopped || pos_.batch == per_epoch) {
+      pos_.epoch = epoch + 1;
+      pos_.batch = 0;
+    }
+    train_seconds_ += seconds_since(t_epoch_);
+    char summary[64];
+    std::snprintf(summary, sizeof summary, "%.1f s", seconds_since(t_epoch_));
+    bar_->end(summary);
+  }
+  current_step_ = step_;
+}
+
+// One step: the step command to every stage, each micro-batch's inputs to the
+// first stage and its labels to the last.
+void Driver::stream_batch(int64_t step, Batch batch) {
+  current_step_ = step;
+  step_batch_[step] = batch.size;
+  const bool classify = spec_.loss == LossKind::cross_entropy;
+  const int64_t in_floats = numel(spec_.input);
+  const int64_t target_floats = classify ? 1 : numel(spec_.output());
+  const int m = static_cast<int>(std::min<int64_t>(cfg_.microbatches, batch.size));
+  const Message sc = command_message(StepCmd{step, batch.size}, session_->next_request_id());
+  for (const auto& d : devices_) send(d.name, sc);
+  auto xs = std::make_shared<std::vector<float>>(std::move(batch.x));
+  auto ys = std::make_shared<std::vector<float>>(std::move(batch.y));
+  for (int mb = 0; mb < m; ++mb) {
+    const int64_t lo = microbatch_offset(batch.size, m, mb), hi = microbatch_offset(batch.size, m, mb + 1);
+    TensorMsg xh{TensorKind::kInput, step, mb, batched(hi - lo, spec_.input), transport::Encoding::kF32, 0.f};
+    send(devices_.front().name,
+         make_tensor_message(xh, xs->data() + lo * in_floats, static_cast<size_t>((hi - lo) * in_floats), xs));
+    TensorMsg yh{TensorKind::kLabels, step, mb, classify ? Shape{hi - lo} : batched(hi - lo, spec_.output()),
+                 transport::Encoding::kF32, 0.f};
+    send(devices_.back().name, make_tensor_message(yh, ys->data() + lo * target_floats,
+                                                   static_cast<size_t>((hi - lo) * target_floats), ys));
+  }
+  samples_ += batch.size;
+  epoch_samples_ += batch.size;
+}
+
+void Driver::collect(int64_t upto) {
+  while (next_loss_step_ < upto) {
+    auto it = last_metrics_.find(next_loss_step_);
+    if (it == last_metrics_.end()) {
+      (void)receive(Millis(50));
+      continue;
+    }
+    const double loss = it->second.loss_sum / static_cast<double>(step_batch_[next_loss_step_]);
+    if (!std::isfinite(loss))
+      fail("training diverged at step " + std::to_string(next_loss_step_) + " (loss " + std::to_string(loss) +
+           "): lower --lr");
+    losses_.push_back(loss);
+    step_done_.push_back(Clock::now());
+    last_metrics_.erase(it);
+    ++next_loss_step_;
+    bar_->update(next_loss_step_ - epoch_first_step_, loss,
+                 epoch_samples_ / std::max(1e-9, seconds_since(t_epoch_)));
+  }
+}
+
+// The stage blocks concatenate to the whole model's block; with the optimizer
+// state when there is a checkpoint to write.
+std::vector<float> Driver::gather_params() {
+  if (!cfg_.save_path.empty()) {
+    TrainingState st = assemble_training_state(cfg_, spec_, ocfg_, pos_,
+                                               gather_states(optimizer_state_names(ocfg_).size()));
+    save_training_state(cfg_.save_path, st);
+    return std::move(st.params);
+  }
+  std::vector<float> params;
+  for (const StageState& s : gather_states(0)) params.insert(params.end(), s.params.begin(), s.params.end());
+  return params;
+}
+
+// Ends every stage's job, collecting its trace and busy time; releases the rest.
+void Driver::finish_stages() {
+  for (const auto& d : devices_) {
+    const Received r = request(d.name, command_message(FinishCmd{}), "the finish request", Millis(30000));
+    session_->pool().release(d.name);
+    const nlohmann::json detail = ack_detail(r);
+    for (const auto& e : detail.value("trace", nlohmann::json::array())) events_.push_back(trace_event_from_json(e));
+    busy_.push_back({{"stage", d.stage}, {"device", d.name},
+                     {"busy_seconds", detail.value("busy", nlohmann::json::object())}});
+  }
+  assigned_ = false;
+  session_->pool().set_monitoring(false);
+  std::vector<std::string> idle;
+  for (const auto& d : idle_) idle.push_back(d.name);
+  session_->release(idle, opts_.shutdown_daemons);
+  if (opts_.shutdown_daemons)
+    for (const auto& d : devices_) (void)session_->server().send(d.name, command_message(ShutdownCmd{}, session_->next_request_id()));
+}
+
+void Driver::write_trace() {
+  if (opts_.trace_path.empty()) return;
+  double origin = std::numeric_limits<double>::max();
+  for (const auto& e : events_) origin = std::min(origin, e.start_us);
+  for (auto& e : events_) e.start_us -= origin;
+  std::vector<std::string> tracks;
+  for (const auto& d : devices_) tracks.push_back("stage " + std::to_string(d.stage) + " (" + d.name + ")");
+  std::ofstream out(opts_.trace_path);
+  if (!out) fail("cannot write the trace to " + opts_.trace_path);
+  out << chrome_trace(events_, tracks).dump() << "\n";
+}
+
+nlohmann::json Driver::result(const EvalResult& ev, int64_t parameters) const {
+  nlohmann::json out;
+  out["mode"] = "pipeline";
+  out["model"] = spec_.name;
+  out["model_path"] = cfg_.model_path;
+  out["dataset"] = train_.name;
+  out["train_samples"] = train_.size();
+  out["test_samples"] = test_.size();
+  out["epochs"] = cfg_.epochs;
+  out["batch"] = cfg_.batch;
+  out["microbatches"] = cfg_.microbatches;
+  out["schedule"] = schedule_name(schedule_);
+  out["encoding"] = encoding_name(encoding_);
+  out["seed"] = cfg_.seed;
+  out["start_step"] = start_.position.step;
+  out["steps"] = step_ - start_.position.step;
+  out["losses"] = losses_;
+  out["test_accuracy"] = ev.accuracy;
+  out["test_loss"] = ev.loss;
+  out["samples_per_sec"] = samples_ / std::max(1e-9, train_seconds_);
+  out["wall_seconds"] = seconds_since(t_start_);
+  out["train_seconds"] = train_seconds_;
+  out["optimizer"] = ocfg_.to_json();
+  out["parameters"] = parameters;
+  nlohmann::json devs = nlohmann::json::array(), plan = nlohmann::json::array();
+  for (const auto& d : devices_) {
+    nlohmann::json details = nlohmann::json::parse(d.reg.details_json.empty() ? "{}" : d.reg.details_json, nullptr, false);
+    devs.push_back({{"name", d.name}, {"stage", d.stage}, {"gflops", d.reg.compute_gflops},
+                    {"memory_total", d.reg.memory_total}, {"memory_free", d.reg.memory_free},
+                    {"backends", d.reg.backends}, {"details", details.is_discarded() ? nlohmann::json() : details}});
+    plan.push_back({{"stage", d.stage}, {"device", d.name}, {"layers", {bounds_[d.stage], bounds_[d.stage + 1]}},
+                    {"parameters", stage_counts_[static_cast<size_t>(d.stage)]}});
+  }
+  for (const auto& d : idle_)
+    devs.push_back({{"name", d.name}, {"stage", -1}, {"gflops", d.reg.compute_gflops}, {"memory_free", d.reg.memory_free}});
+  out["devices"] = devs;
+  out["plan"] = plan;
+  out["planner"] = plan_json_.is_null() ? "balance" : "auto";
+  if (!plan_json_.is_null()) {
+    out["planner_plan"] = plan_json_;
+    out["cluster_profile"] = profile_json_;
+    out["prediction"] = prediction();
+  }
+  out["stage_busy"] = busy_;
+  const int p = static_cast<int>(devices_.size());
+  out["bubble_theoretical"] = static_cast<double>(p - 1) / static_cast<double>(cfg_.microbatches + p - 1);
+  if (!opts_.trace_path.empty()) out["trace"] = opts_.trace_path;
+  return out;
+}
+
+// The planner predicts the steady state: compare with the median time between
+// consecutive steps' completions (the first step's set-up and warm-up
+// excluded); the plain mean over the run is reported beside it.
+nlohmann::json Driver::prediction() const {
+  const int64_t run_steps = step_ - start_.position.step;
+  const double mean = run_steps > 0 ? train_seconds_ / static_cast<double>(run_steps) : 0.0;
+  std::vector<double> gaps;
+  for (size_t i = 1; i < step_done_.size(); ++i)
+    gaps.push_back(std::chrono::duration<double>(step_done_[i] - step_done_[i - 1]).count());
+  double measured = mean;
+  if (gaps.size() >= 2) {
+    std::nth_element(gaps.begin(), gaps.begin() + static_cast<std::ptrdiff_t>(gaps.size() / 2), gaps.end());
+    measured = gaps[gaps.size() / 2];
+  }
+  return {{"batch_seconds", predicted_batch_seconds_},
+          {"measured_batch_seconds", measured},
+          {"measured_mean_batch_seconds", mean},
+          {"measured_over_predicted", predicted_batch_seconds_ > 0 ? measured / predicted_batch_seconds_ : 0.0}};
+}
+
+// ---------------------------------------------------------------------------
+// Messages
+
+void Driver::fail(const std::string& text) { throw std::runtime_error(text); }
+
+void Driver::send(const std::string& peer, const Message& m) {
+  Status s = session_->server().send(peer, m);
+  if (!s) fail("cannot reach device " + peer + " at step " + std::to_string(current_step_) + ": " + s.failure().message);
+}
+
+void Driver::fail_if_a_stage_died() {
+  for (const auto& d : devices_) {
+    const PoolPeer& p = session_->pool().at(d.name);
+    if (p.dead && !p.released)
+      fail("device " + d.name + " (stage " + std::to_string(d.stage) + ") " + p.dead_reason + " at step " +
+           std::to_string(current_step_));
+  }
+}
+
+std::optional<Received> Driver::receive(Millis timeout) {
+  auto r = session_->pool().receive(timeout);
+  fail_if_a_stage_died();
+  if (!r) return std::nullopt;
+  Received& got = *r;
+  if (auto* e = std::get_if<ErrorMsg>(&got.message.body)) {
+    if (assigned_ || e->code != ErrorCode::kNotAssigned)
+      fail("device " + got.peer + " reported an error at step " + std::to_string(current_step_) + ": " + e->message);
+    return std::nullopt;
+  }
+  if (auto* mm = std::get_if<MetricsMsg>(&got.message.body)) {
+    progress_[got.peer] = mm->step;
+    if (mm->stage == static_cast<int>(devices_.size()) - 1) last_metrics_[mm->step] = *mm;
+    return std::nullopt;
+  }
+  return std::move(got);
+}
+
+Received Driver::request(const std::string& peer, Message m, const char* what, Millis timeout) {
+  m.request_id = session_->next_request_id();
+  send(peer, m);
+  return wait_for_reply(peer, m.request_id, what, timeout);
+}
+
+Received Driver::wait_for_reply(const std::string& peer, uint64_t request_id, const char* what, Millis timeout) {
+  const auto t0 = Clock::now();
+  while (Clock::now() - t0 < timeout) {
+    if (auto it = replies_.find({peer, request_id}); it != replies_.end()) {
+      Received r = std::move(it->second);
+      replies_.erase(it);
+      return r;
+    }
+    auto got = receive(Millis(100));
+    if (got) keep_reply(std::move(*got));
+  }
+  fail("device " + peer + " did not answer " + what + " within " + std::to_string(timeout.count() / 1000) + " s");
+}
+
+nlohmann::json Driver::ack_detail(const Received& r) const {
+  const auto* a = std::get_if<AckMsg>(&r.message.body);
+  nlohmann::json j = a ? nlohmann::json::parse(a->detail, nullptr, false) : nlohmann::json();
+  if (j.is_discarded() || !j.is_object()) fail("device " + r.peer + " sent an unreadable reply");
+  return j;
+}
+
+void Driver::keep_reply(Received&& r) {
+  // Replies (acks, weights) are kept until someone waits for them.
+  if (auto* a = std::get_if<AckMsg>(&r.message.body)) {
+    replies_[{r.peer, a->request_id}] = std::move(r);
+  } else if (std::holds_alternative<WeightsMsg>(r.message.body)) {
+    const uint64_t id = r.message.request_id;
+    replies_[{r.peer, id}] = std::move(r);
+  }
+}
+
+void Driver::stop_all() {
+  std::vector<std::string> all;
+  for (const auto& d : devices_) all.push_back(d.name);
+  for (const auto& d : idle_) all.push_back(d.name);
+  session_->release(all, opts_.shutdown_daemons);
+}
+
+std::vector<StageState> Driver::gather_states(size_t buffers) {
+  std::vector<StageState> out;
+  const bool with_optimizer = buffers > 0;
+  for (const auto& d : devices_) {
+    const Received r =
+        request(d.name, command_message(CheckpointCmd{with_optimizer ? StateKind::kParamsAndOptimizer : StateKind::kParams}),
+                with_optimizer ? "the state request" : "the weights request", Millis(60000));
+    try {
+      StageState s = read_stage_state(r.message, stage_counts_[static_cast<size_t>(d.stage)], buffers);
+      if (s.buffers.size() != buffers) throw std::invalid_argument("it holds no optimizer state");
+      out.push_back(std::move(s));
+    } catch (const std::exception& e) {
+      fail("device " + d.name + " sent an unusable state for stage " + std::to_string(d.stage) + ": " + e.what());
+    }
+  }
+  return out;
+}
+
+}  // namespace pipeline_detail
+
+nlohmann::json train_pipeline(const TrainConfig& config, const ClusterOptions& cluster) {
+  pipeline_detail::Driver driver(config, cluster);
+  return driver.run();
+}
+
+}  // namespace cleave

@@ -1,0 +1,129 @@
+// pipeline_driver.h (internal to the coordinator): the pipeline driver's
+// state and phases. pipeline_driver.cpp runs a training job
+// (train_pipeline); pipeline_profile.cpp measures the registered daemons and
+// their links for the planner and for `cleave profile`.
+#pragma once
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/data/dataset.h"
+#include "core/data/loader.h"
+#include "core/model/model_spec.h"
+#include "core/optim/optimizer.h"
+#include "core/pipeline/schedule.h"
+#include "core/pipeline/trace.h"
+#include "core/planner/planner.h"
+#include "core/runtime/common/stage_state.h"
+#include "core/runtime/coordinator/pipeline.h"
+#include "core/runtime/coordinator/session.h"
+#include "core/train/evaluate.h"
+#include "core/train/progress.h"
+#include "transport/message.h"
+
+namespace cleave::pipeline_detail {
+
+using Clock = std::chrono::steady_clock;
+
+// A registered daemon, and its stage once assigned (-1: none).
+struct StageDevice {
+  std::string name;
+  transport::RegisterMsg reg;
+  int stage = -1;
+  std::string peer_endpoint;
+};
+
+class Driver {
+ public:
+  Driver(const TrainConfig& cfg, const ClusterOptions& opts) : cfg_(cfg), opts_(opts) {}
+
+  nlohmann::json run();
+
+ private:
+  // Phases (pipeline_driver.cpp), in the order run() calls them.
+  void load_inputs();
+  void register_devices();
+  nlohmann::json profile_result();  // `cleave profile`: what profile_cluster measured
+  void plan();
+  void assign_stages();
+  void train();
+  void stream_batch(int64_t step, Batch batch);
+  void collect(int64_t upto);  // records the losses of every step < upto, in order
+  std::vector<float> gather_params();
+  void finish_stages();
+  void write_trace();
+  nlohmann::json result(const EvalResult& ev, int64_t parameters) const;
+  nlohmann::json prediction() const;
+
+  // Planner input from the live devices (pipeline_profile.cpp).
+  Cluster profile_cluster();
+  // Round-trip probes to `peer`: (one-way latency ms, bandwidth Mbit/s).
+  std::pair<double, double> probe_link(const std::string& peer);
+
+  // Messages (pipeline_driver.cpp).
+  std::optional<transport::Received> receive(transport::Millis timeout);
+  void fail_if_a_stage_died();
+  void send(const std::string& peer, const transport::Message& m);
+  [[noreturn]] static void fail(const std::string& text);
+  transport::Received request(const std::string& peer, transport::Message m, const char* what,
+                              transport::Millis timeout);
+  transport::Received wait_for_reply(const std::string& peer, uint64_t request_id, const char* what,
+                                     transport::Millis timeout);
+  nlohmann::json ack_detail(const transport::Received& r) const;
+  void keep_reply(transport::Received&& r);
+  void stop_all();
+  // Every stage's parameters in stage order, with their optimizer's `buffers`
+  // state blocks (0: weights only).
+  std::vector<StageState> gather_states(size_t buffers);
+
+  const TrainConfig& cfg_;
+  const ClusterOptions& opts_;
+  std::unique_ptr<Session> session_;
+  Clock::time_point t_start_ = Clock::now();
+
+  // The job.
+  ModelSpec spec_;
+  Dataset train_, test_;
+  ScheduleKind schedule_ = ScheduleKind::gpipe;
+  transport::Encoding encoding_ = transport::Encoding::kF32;
+  OptimizerConfig ocfg_;
+  std::vector<StageDevice> devices_;  // in stage order once assigned
+  std::vector<StageDevice> idle_;     // registered, left unused by the planner
+  std::vector<int> bounds_;           // stage s has layers [bounds_[s], bounds_[s + 1])
+  std::vector<int64_t> stage_counts_;
+  nlohmann::json plan_json_, profile_json_;  // null with --planner balance
+  double predicted_batch_seconds_ = 0;
+  StartingPoint start_;
+  TrainPosition pos_;
+
+  // Training progress.
+  std::unique_ptr<BatchLoader> loader_;
+  std::unique_ptr<ProgressBar> bar_;
+  nlohmann::json losses_ = nlohmann::json::array();
+  std::map<int64_t, int64_t> step_batch_;    // step -> its batch size
+  std::vector<Clock::time_point> step_done_;  // when each step's loss arrived
+  std::map<int64_t, transport::MetricsMsg> last_metrics_;  // step -> metrics of the last stage
+  std::map<std::string, int64_t> progress_;  // device -> last step it finished
+  int64_t step_ = 0, next_loss_step_ = 0, samples_ = 0;
+  int64_t epoch_first_step_ = 0, epoch_samples_ = 0;
+  Clock::time_point t_epoch_;
+  double train_seconds_ = 0;
+  int64_t current_step_ = -1;
+  bool assigned_ = false;
+
+  // Finish.
+  std::vector<TraceEvent> events_;
+  nlohmann::json busy_ = nlohmann::json::array();
+
+  uint64_t probe_seq_ = 0;
+  std::map<std::pair<std::string, uint64_t>, transport::Received> replies_;  // (peer, request id) -> reply
+};
+
+}  // namespace cleave::pipeline_detail

@@ -1,0 +1,118 @@
+// pipeline_profile.cpp: the planner's input measured on the live daemons —
+// per-layer times for the job's model on each device, and every pair's link
+// (link_probe.h on the daemons) — for `cleave train --planner auto` and
+// `cleave profile`. See docs/planner.md.
+#include <algorithm>
+#include <cstdio>
+
+#include "core/runtime/common/wire.h"
+#include "core/runtime/coordinator/pipeline_driver.h"
+
+namespace cleave::pipeline_detail {
+
+using namespace transport;
+
+std::pair<double, double> Driver::probe_link(const std::string& peer) {
+  auto round_trip = [&](uint64_t bytes) {
+    std::vector<double> rtts;
+    for (int i = 0; i < 3; ++i) {
+      const uint64_t seq = ++probe_seq_;
+      Message m = make_probe_message(seq, bytes, true);
+      const auto t0 = Clock::now();
+      send(peer, m);
+      for (;;) {
+        if (seconds_since(t0) > 30) fail("device " + peer + " did not echo a link probe within 30 s");
+        auto got = receive(Millis(100));
+        if (!got) continue;
+        if (auto* pr = std::get_if<ProbeMsg>(&got->message.body); pr && got->peer == peer && pr->sequence == seq) break;
+        keep_reply(std::move(*got));
+      }
+      rtts.push_back(seconds_since(t0));
+    }
+    std::sort(rtts.begin(), rtts.end());
+    return rtts[1];
+  };
+  const double small = round_trip(64);
+  const uint64_t big_bytes = 4u << 20;
+  const double big = round_trip(big_bytes);
+  const double latency_ms = small / 2 * 1000;
+  const double mbps = 2.0 * static_cast<double>(big_bytes) * 8 / std::max(1e-6, big - small) / 1e6;
+  return {latency_ms, mbps};
+}
+
+Cluster Driver::profile_cluster() {
+  const ModelSpec& spec = spec_;
+  Cluster cluster;
+  const int64_t mb_samples = std::max<int64_t>(1, (cfg_.batch + cfg_.microbatches - 1) / cfg_.microbatches);
+  std::vector<double> caps(devices_.size(), 0);  // declared --bandwidth-limit of each, Mbit/s (0: none)
+  // One device at a time, so that devices sharing a machine do not slow each
+  // other's measurements down.
+  for (size_t i = 0; i < devices_.size(); ++i) {
+    const StageDevice& d = devices_[i];
+    const Received r = request(d.name, command_message(ProfileCmd{spec.to_json().dump(), mb_samples, to_wire(cfg_.optimizer)}),
+                               "the profiling request", Millis(120000));
+    const nlohmann::json detail = ack_detail(r);
+    DeviceProfile dp;
+    dp.name = d.name;
+    dp.memory_bytes = static_cast<int64_t>(d.reg.memory_free);
+    dp.gflops = d.reg.compute_gflops;
+    std::vector<double> secs = detail.at("layer_seconds_per_sample").get<std::vector<double>>();
+    for (double& v : secs)
+      if (v < 0) v = 1e9;  // the layer does not fit this device on its own
+    dp.layer_seconds_per_sample = secs;
+    dp.update_seconds_per_param = detail.value("update_seconds_per_param", 0.0);
+    const auto reg = nlohmann::json::parse(d.reg.details_json.empty() ? "{}" : d.reg.details_json, nullptr, false);
+    if (!reg.is_discarded() && reg.is_object()) {
+      caps[i] = reg.value("bandwidth_limit_bytes_per_sec", 0.0) * 8 / 1e6;
+      if (reg.contains("host")) {  // which machine it shares with whom (daemons on one box slow each other down)
+        dp.host = reg.value("host", std::string());
+        dp.host_cores = reg.value("cpu_cores", 0.0);
+        dp.cpu_threads = reg.value("cpu_threads", 0.0);
+      }
+    }
+    cluster.devices.push_back(dp);
+    if (cfg_.progress) std::fprintf(stderr, "cleave: profiled %s\n", d.name.c_str());
+  }
+  if (!opts_.insecure) {
+    // Every pair of daemons measures the link between them, each direction
+    // through its sender's --bandwidth-limit (link_probe.h).
+    for (size_t a = 0; a < devices_.size(); ++a)
+      for (size_t b = a + 1; b < devices_.size(); ++b) {
+        const StageDevice& da = devices_[a];
+        const StageDevice& db = devices_[b];
+        const auto ep = ack_detail(request(db.name, command_message(ProbeServeCmd{da.name, da.reg.public_key}),
+                                           "the link probe set-up", Millis(30000)));
+        const auto m = ack_detail(request(
+            da.name, command_message(ProbePeerCmd{db.name, db.reg.public_key, ep.value("endpoint", std::string())}),
+            "the link probe", Millis(120000)));
+        (void)request(db.name, command_message(ProbeStopCmd{da.name}), "the end of the link probe", Millis(30000));
+        const double lat = m.at("latency_ms").get<double>();
+        cluster.set_link(static_cast<int>(a), static_cast<int>(b), {m.at("mbps_out").get<double>(), lat, std::nullopt});
+        cluster.set_link(static_cast<int>(b), static_cast<int>(a), {m.at("mbps_in").get<double>(), lat, std::nullopt});
+        if (cfg_.progress)
+          std::fprintf(stderr, "cleave: link %s -> %s %.0f Mbit/s, %s -> %s %.0f Mbit/s, %.2f ms\n", da.name.c_str(),
+                       db.name.c_str(), m.at("mbps_out").get<double>(), db.name.c_str(), da.name.c_str(),
+                       m.at("mbps_in").get<double>(), lat);
+      }
+    return cluster;
+  }
+  // --insecure daemons cannot run link probes: the coordinator's own links to
+  // them (same network, same encryption) stand in, capped by the declared
+  // --bandwidth-limit of each sender. A link a -> b carries activations out of
+  // a and gradients out of b: the slower sender bounds it.
+  std::vector<double> mbps(devices_.size(), 0), latency(devices_.size(), 0);
+  for (size_t i = 0; i < devices_.size(); ++i) std::tie(latency[i], mbps[i]) = probe_link(devices_[i].name);
+  for (size_t a = 0; a < devices_.size(); ++a)
+    for (size_t b = 0; b < devices_.size(); ++b) {
+      if (a == b) continue;
+      LinkProfile l;
+      l.mbps = std::min(mbps[a], mbps[b]);
+      if (caps[a] > 0) l.mbps = std::min(l.mbps, caps[a]);
+      if (caps[b] > 0) l.mbps = std::min(l.mbps, caps[b]);
+      l.latency_ms = std::max(latency[a], latency[b]);
+      cluster.set_link(static_cast<int>(a), static_cast<int>(b), l);
+    }
+  return cluster;
+}
+
+}  // namespace cleave::pipeline_detail
