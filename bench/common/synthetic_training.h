@@ -1,7 +1,8 @@
-// synthetic_training.h: the training-step loop the benchmarks time — the same
-// step as core/train/local_trainer.cpp (forward, loss scaled by 1/batch,
-// backward, Adam lr 1e-3, zero_grad) over a few fixed batches of seeded random
-// inputs and labels, so no data loading is timed.
+// synthetic_training.h: the training-step loop the benchmarks time — the
+// local trainer's step (core/train/train_step.h: forward, loss scaled by
+// 1/batch, backward, Adam lr 1e-3, zero_grad) over a few fixed batches of
+// seeded random inputs and labels, kept on the device, so no data loading or
+// upload allocation is timed.
 #pragma once
 
 #include <chrono>
@@ -14,8 +15,8 @@
 
 #include "core/model/model_spec.h"
 #include "core/model/partition.h"
-#include "core/nn/loss.h"
 #include "core/optim/optimizer.h"
+#include "core/train/train_step.h"
 #include "core/util/rng.h"
 #include "device/device.h"
 
@@ -55,14 +56,12 @@ class SyntheticTraining {
     const int b = static_cast<int>(step_ % kBatches);
     x_.from_host(xs_[b].data());
     t_.from_host(ys_[b].data());
-    Tensor y = model_->forward(x_, 0, /*training=*/true, derive_seed(seed_, static_cast<uint64_t>(step_), 0));
-    Tensor dy(device_, y.shape());
+    const uint64_t dropout_seed = DropoutKey(seed_, static_cast<uint64_t>(step_)).microbatch_seed(0);
     const double loss =
-        compute_loss(device_, spec_.loss, y, t_, dy, 1.0f / static_cast<float>(batch_)).loss_sum /
+        train_microbatch(*model_, x_, t_, 0, dropout_seed, 1.0f / static_cast<float>(batch_), /*need_dx=*/false)
+            .loss.loss_sum /
         static_cast<double>(batch_);
-    model_->backward(dy, 0, /*need_dx=*/false);
-    opt_->step(model_->params(), model_->grads());
-    model_->zero_grad();
+    apply_gradients(*model_, *opt_);
     ++step_;
     return loss;
   }

@@ -9,10 +9,10 @@
 #include "core/data/dataset.h"
 #include "core/data/loader.h"
 #include "core/model/partition.h"
-#include "core/nn/loss.h"
 #include "core/train/evaluate.h"
 #include "core/train/progress.h"
 #include "core/train/train_checkpoint.h"
+#include "core/train/train_step.h"
 
 namespace cleave {
 namespace {
@@ -72,10 +72,6 @@ nlohmann::json train_local(const TrainConfig& cfg) {
     save_training_state(path, st);
   };
 
-  const Shape in = spec.input;
-  const bool classify = spec.loss == LossKind::cross_entropy;
-  const int64_t in_floats = numel(in);
-  const int64_t target_floats = classify ? 1 : numel(spec.output());
   nlohmann::json losses = nlohmann::json::array();
   nlohmann::json epochs_json = nlohmann::json::array();
   const int64_t start_step = pos.step;
@@ -95,24 +91,10 @@ nlohmann::json train_local(const TrainConfig& cfg) {
         stopped = true;
         break;
       }
-      Batch batch = loader.get(b);
-      const int m = static_cast<int>(std::min<int64_t>(cfg.microbatches, batch.size));
-      const float scale = 1.0f / static_cast<float>(batch.size);
-      double loss_sum = 0;
-      for (int mb = 0; mb < m; ++mb) {
-        const int64_t lo = microbatch_offset(batch.size, m, mb), hi = microbatch_offset(batch.size, m, mb + 1);
-        Tensor x(*device, batched(hi - lo, in));
-        x.from_host(batch.x.data() + lo * in_floats);
-        Tensor t(*device, classify ? Shape{hi - lo} : batched(hi - lo, spec.output()));
-        t.from_host(batch.y.data() + lo * target_floats);
-        Tensor y = model.forward(x, mb, /*training=*/true, derive_seed(cfg.seed, static_cast<uint64_t>(pos.step), mb));
-        Tensor dy(*device, y.shape());
-        loss_sum += compute_loss(*device, spec.loss, y, t, dy, scale).loss_sum;
-        model.backward(dy, mb, /*need_dx=*/false);
-      }
-      opt.step(model.params(), model.grads());
-      model.zero_grad();
-      const double loss = loss_sum / static_cast<double>(batch.size);
+      const Batch batch = loader.get(b);
+      const StepResult r =
+          train_step(model, opt, batch, cfg.microbatches, DropoutKey(cfg.seed, static_cast<uint64_t>(pos.step)));
+      const double loss = r.loss_sum / static_cast<double>(r.samples);
       if (!std::isfinite(loss))
         throw std::runtime_error("training diverged at step " + std::to_string(pos.step) +
                                  " (loss is " + std::to_string(loss) + "): lower --lr");

@@ -2,7 +2,8 @@
 //
 // The reference every distributed mode is compared against: same batches (seeded
 // loader), same initialisation (Partition::init), same loss scaling (mean over
-// the batch, so micro-batches add up exactly), same optimizer.
+// the batch, so micro-batches add up exactly), same optimizer. Each step is
+// one train_step (train_step.h).
 #pragma once
 
 #include <nlohmann/json.hpp>

@@ -16,6 +16,7 @@
 #include "core/runtime/daemon/job_channel.h"
 #include "core/runtime/common/memory_estimate.h"
 #include "core/runtime/common/wire.h"
+#include "core/train/train_step.h"
 #include "core/util/rng.h"
 #include "transport/log.h"
 
@@ -164,7 +165,6 @@ class FedClientJob {
     OptimizerConfig ocfg = ocfg_;
     if (ocfg.total_steps == 0) ocfg.total_steps = loader.batches_per_epoch() * epochs;
     Optimizer opt(device_, ocfg, model_->param_count());  // fresh state every round
-    const bool classify = spec_.loss == LossKind::cross_entropy;
     double loss_sum = 0;
     int64_t correct = 0, samples = 0, steps = 0;
     for (int e = 0; e < epochs; ++e) {
@@ -176,21 +176,13 @@ class FedClientJob {
           log(LogLevel::kWarning, "cleaved " + name_ + ": round " + std::to_string(r + 1) + " abandoned: " + why);
           return;
         }
-        Batch bt = loader.get(b);
-        Tensor x(device_, batched(bt.size, spec_.input));
-        x.from_host(bt.x.data());
-        Tensor t(device_, classify ? Shape{bt.size} : batched(bt.size, spec_.output()));
-        t.from_host(bt.y.data());
-        Tensor y = model_->forward(x, 0, /*training=*/true, derive_seed(seed, static_cast<uint64_t>(r), static_cast<uint64_t>(steps)));
-        Tensor dy(device_, y.shape());
-        LossResult lr = compute_loss(device_, spec_.loss, y, t, dy, 1.0f / static_cast<float>(bt.size));
-        model_->backward(dy, 0, /*need_dx=*/false);
+        const StepResult st = accumulate_gradients(
+            *model_, loader.get(b), 1, DropoutKey::in_round(seed, static_cast<uint64_t>(r), static_cast<uint64_t>(steps)));
         add_proximal_term(device_, model_->grads(), model_->params(), global_, mu);
-        opt.step(model_->params(), model_->grads());
-        model_->zero_grad();
-        loss_sum += lr.loss_sum;
-        correct += lr.correct;
-        samples += bt.size;
+        apply_gradients(*model_, opt);
+        loss_sum += st.loss_sum;
+        correct += st.correct;
+        samples += st.samples;
         ++steps;
       }
     }

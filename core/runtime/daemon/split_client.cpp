@@ -13,6 +13,7 @@
 #include "core/runtime/daemon/split_job.h"
 #include "core/runtime/daemon/split_link.h"
 #include "core/runtime/common/wire.h"
+#include "core/train/train_step.h"
 #include "core/util/rng.h"
 #include "transport/endpoint.h"
 #include "transport/link.h"
@@ -163,25 +164,23 @@ class SplitClient {
       x.from_host(bt.x.data());
       Tensor t(dev, classify ? Shape{bt.size} : batched(bt.size, spec_.output()));
       t.from_host(bt.y.data());
-      const uint64_t dropout_seed = derive_seed(seed_ + static_cast<uint64_t>(index_), static_cast<uint64_t>(train_steps_), 0);
+      const uint64_t dropout_seed =
+          DropoutKey(seed_ + static_cast<uint64_t>(index_), static_cast<uint64_t>(train_steps_)).microbatch_seed(0);
       Tensor a = front_->forward(x, 0, /*training=*/true, dropout_seed);
       link_->send(TensorKind::kActivation, seq_, a);
       if (!labels_on_client_) {
         link_->send(TensorKind::kLabels, seq_, t);  // vanilla: the labels go to the server
       } else {
         Tensor h = link_->receive(TensorKind::kActivation, seq_, tail_->input_shape(), bt.size);
-        Tensor z = tail_->forward(h, 0, /*training=*/true, dropout_seed);
-        Tensor dz(dev, z.shape());
-        const LossResult r = compute_loss(dev, spec_.loss, z, t, dz, 1.0f / static_cast<float>(bt.size));
-        Tensor dh = tail_->backward(dz, 0, /*need_dx=*/true);
-        link_->send(TensorKind::kGradient, seq_, dh);
-        tail_opt_->step(tail_->params(), tail_->grads());
-        tail_->zero_grad();
+        const MicrobatchResult tr =
+            train_microbatch(*tail_, h, t, 0, dropout_seed, 1.0f / static_cast<float>(bt.size), /*need_dx=*/true);
+        link_->send(TensorKind::kGradient, seq_, tr.dx);
+        apply_gradients(*tail_, *tail_opt_);
         MetricsMsg mm;
         mm.stage = index_;
         mm.step = train_steps_;
-        mm.loss_sum = r.loss_sum;
-        mm.correct = r.correct;
+        mm.loss_sum = tr.loss.loss_sum;
+        mm.correct = tr.loss.correct;
         mm.sample_count = bt.size;
         mm.phase = SplitPhase::kTrain;
         mm.round = round;
@@ -191,8 +190,7 @@ class SplitClient {
       }
       Tensor da = link_->receive(TensorKind::kGradient, seq_, front_->output_shape(), bt.size);
       front_->backward(da, 0, /*need_dx=*/false);
-      front_opt_->step(front_->params(), front_->grads());
-      front_->zero_grad();
+      apply_gradients(*front_, *front_opt_);
       ++seq_;
       ++train_steps_;
       ++steps;

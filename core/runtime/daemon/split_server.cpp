@@ -10,6 +10,7 @@
 #include "core/runtime/daemon/split_job.h"
 #include "core/runtime/daemon/split_link.h"
 #include "core/runtime/common/wire.h"
+#include "core/train/train_step.h"
 #include "core/util/rng.h"
 #include "transport/endpoint.h"
 #include "transport/link.h"
@@ -128,21 +129,21 @@ class SplitServer {
 
   void train_batch(int ci, int round) {
     Client& cl = clients_[static_cast<size_t>(ci)];
-    Device& dev = ctx_.device;
     Tensor x = cl.link->receive(TensorKind::kActivation, cl.seq, part_->input_shape());
-    const uint64_t dropout_seed = derive_seed(seed_ + static_cast<uint64_t>(ci), static_cast<uint64_t>(cl.train_steps), 0);
-    Tensor y = part_->forward(x, 0, /*training=*/true, dropout_seed);
-    const int64_t n = y.dim(0);
-    Tensor dy;
-    if (!labels_on_client_) {
+    const uint64_t dropout_seed =
+        DropoutKey(seed_ + static_cast<uint64_t>(ci), static_cast<uint64_t>(cl.train_steps)).microbatch_seed(0);
+    const int64_t n = x.dim(0);
+    Tensor dx;
+    if (!labels_on_client_) {  // the part ends the model: the one-process micro-batch step
       Tensor t = cl.link->receive(TensorKind::kLabels, cl.seq);
-      dy = Tensor(dev, y.shape());
-      const LossResult r = compute_loss(dev, spec_.loss, y, t, dy, 1.0f / static_cast<float>(n));
+      const MicrobatchResult r =
+          train_microbatch(*part_, x, t, 0, dropout_seed, 1.0f / static_cast<float>(n), /*need_dx=*/true);
+      dx = r.dx;
       MetricsMsg mm;
       mm.stage = ci;
       mm.step = cl.train_steps;
-      mm.loss_sum = r.loss_sum;
-      mm.correct = r.correct;
+      mm.loss_sum = r.loss.loss_sum;
+      mm.correct = r.loss.correct;
       mm.sample_count = n;
       mm.phase = SplitPhase::kTrain;
       mm.round = round;
@@ -150,13 +151,13 @@ class SplitServer {
       msg.body = mm;
       ctx_.channel.send(msg);
     } else {
+      Tensor y = part_->forward(x, 0, /*training=*/true, dropout_seed);
       cl.link->send(TensorKind::kActivation, cl.seq, y);
-      dy = cl.link->receive(TensorKind::kGradient, cl.seq, part_->output_shape(), n);
+      Tensor dy = cl.link->receive(TensorKind::kGradient, cl.seq, part_->output_shape(), n);
+      dx = part_->backward(dy, 0, /*need_dx=*/true);
     }
-    Tensor dx = part_->backward(dy, 0, /*need_dx=*/true);
     cl.link->send(TensorKind::kGradient, cl.seq, dx);
-    optimizer_->step(part_->params(), part_->grads());
-    part_->zero_grad();
+    apply_gradients(*part_, *optimizer_);
     ++cl.seq;
     ++cl.train_steps;
   }
