@@ -4,6 +4,7 @@
 
 #include <sys/types.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -74,7 +75,9 @@ class DaemonCluster {
     std::vector<std::string> argv = {std::string(CLEAVE_BINARY_DIR) + "/apps/cleaved/cleaved",
                                      "--coordinator", endpoint, "--key", dir_ + "/" + name(i) + ".key",
                                      "--coordinator-key", dir_ + "/coordinator.pub", "--name", name(i),
-                                     "--backend", "cpu", "--threads", "1", "--max-jobs", "1"};
+                                     "--backend", "cpu", "--threads", "1"};
+    // One job, then exit, unless the test says how many.
+    if (std::find(extra.begin(), extra.end(), "--max-jobs") == extra.end()) extra.insert(extra.begin(), {"--max-jobs", "1"});
     argv.insert(argv.end(), extra.begin(), extra.end());
     pid_t pid = spawn(argv, dir_ + "/" + name(i) + ".log");
     pids_.push_back(pid);
