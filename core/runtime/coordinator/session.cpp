@@ -64,4 +64,10 @@ nlohmann::json Session::devices_json(const std::vector<std::string>& names) {
   return out;
 }
 
+nlohmann::json Session::message_kinds_json(const std::vector<std::string>& names) const {
+  nlohmann::json out = nlohmann::json::object();
+  for (const auto& name : names) out[name] = pool_->message_kinds(name);
+  return out;
+}
+
 }  // namespace cleave

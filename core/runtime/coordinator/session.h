@@ -13,6 +13,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -33,6 +34,20 @@ struct SessionOptions {
   std::function<bool()> interrupted;                     // polled; true stops the run
   std::function<void(const std::string&)> on_listening;  // called with the bound endpoint
 };
+
+// The session part of a driver's own options: any options struct with the
+// fields above of the same names (FedOptions, SplitOptions, ClusterOptions).
+template <typename DriverOptions>
+SessionOptions session_options(std::string who, const DriverOptions& o) {
+  return SessionOptions{.who = std::move(who),
+                        .listen = o.listen,
+                        .key_path = o.key_path,
+                        .allow_path = o.allow_path,
+                        .insecure = o.insecure,
+                        .peer_timeout_ms = o.peer_timeout_ms,
+                        .interrupted = o.interrupted,
+                        .on_listening = o.on_listening};
+}
 
 // One registration seen by Session::register_until.
 struct Registration {
@@ -76,8 +91,22 @@ class Session {
     }
   }
 
+  // A job's life after registration: runs `body` (which returns the result)
+  // with the roster monitored, then stops monitoring and releases `names`
+  // (see release) — when `body` returns and, rethrowing, when it throws.
+  template <typename Body>
+  auto run_job(const std::vector<std::string>& names, bool shutdown, Body&& body) -> decltype(body()) {
+    pool_->set_monitoring(true);
+    auto result = stop_on_error(body, [&] { release(names, shutdown); });
+    pool_->set_monitoring(false);
+    release(names, shutdown);
+    return result;
+  }
+
   // {"name", "gflops", "details"} of each of `names`, for the result JSON.
   nlohmann::json devices_json(const std::vector<std::string>& names);
+  // {name: {kind: count}}: the message kinds each of `names` sent, the run's audit.
+  nlohmann::json message_kinds_json(const std::vector<std::string>& names) const;
 
  private:
   SessionOptions options_;
