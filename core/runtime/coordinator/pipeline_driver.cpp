@@ -24,9 +24,7 @@ using namespace transport;
 
 nlohmann::json Driver::run() {
   load_inputs();
-  SessionOptions so{"cleave", opts_.listen, opts_.key_path, opts_.allow_path, opts_.insecure,
-                    opts_.peer_timeout_ms, opts_.interrupted, opts_.on_listening};
-  session_ = std::make_unique<Session>(so);
+  session_ = std::make_unique<Session>(session_options("cleave", opts_));
   if (cfg_.progress)
     std::fprintf(stderr, "cleave: listening on %s, waiting for %d device(s)\n", session_->server().endpoint().c_str(),
                  opts_.devices);
