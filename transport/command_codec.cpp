@@ -28,11 +28,15 @@ const char* job_kind_name(const JobSpec& job) {
   return kNames[job.index()];
 }
 
-Message command_message(Command command, uint64_t request_id) {
+Message message_of(Body body, uint64_t request_id) {
   Message m;
   m.request_id = request_id;
-  m.body = CommandMsg{std::move(command)};
+  m.body = std::move(body);
   return m;
+}
+
+Message command_message(Command command, uint64_t request_id) {
+  return message_of(CommandMsg{std::move(command)}, request_id);
 }
 
 namespace detail {

@@ -297,6 +297,8 @@ struct Message {
   std::vector<Payload> payloads;
 };
 
+// A message with `body` and no payload frames.
+Message message_of(Body body, uint64_t request_id = 0);
 // A message whose body is `command`.
 Message command_message(Command command, uint64_t request_id = 0);
 

@@ -209,10 +209,7 @@ class FedClientJob {
     mm.sample_count = samples;
     mm.train_ms = train_ms;
     mm.local_steps = steps;
-    Message metrics;
-    metrics.request_id = rid;
-    metrics.body = mm;
-    send(metrics);
+    send(message_of(mm, rid));
     ++rounds_done_;
     log(LogLevel::kInfo, "cleaved " + name_ + ": round " + std::to_string(r + 1) + ": " + std::to_string(samples) +
                              " samples, local loss " + std::to_string(samples ? loss_sum / static_cast<double>(samples) : 0.0));

@@ -142,24 +142,11 @@ JobEnd serve_job(const JobServing& job, const std::function<nlohmann::json()>& f
 }
 
 Message error_message(ErrorCode code, const std::string& text, uint64_t request_id) {
-  ErrorMsg e;
-  e.code = code;
-  e.message = text;
-  e.request_id = request_id;
-  Message m;
-  m.request_id = request_id;
-  m.body = e;
-  return m;
+  return message_of(ErrorMsg{code, text, request_id}, request_id);
 }
 
 Message ack_message(uint64_t request_id, const nlohmann::json& detail) {
-  AckMsg a;
-  a.request_id = request_id;
-  a.detail = detail.dump();
-  Message m;
-  m.request_id = request_id;
-  m.body = a;
-  return m;
+  return message_of(AckMsg{request_id, detail.dump()}, request_id);
 }
 
 }  // namespace cleave

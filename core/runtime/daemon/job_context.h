@@ -9,6 +9,7 @@
 #include "core/runtime/daemon/job_channel.h"
 #include "device/device.h"
 #include "transport/keys.h"
+#include "transport/log.h"
 
 namespace cleave {
 
@@ -25,5 +26,22 @@ struct JobContext {
     return {channel, options.name, what, options.coordinator_timeout_ms, stop};
   }
 };
+
+// Sets a job up with `setup`, which returns the assignment's ack detail (JSON).
+// When it throws, the assignment is refused with the reason ("cleaved NAME:
+// refused WHAT: ...") and false is returned: no job runs.
+template <typename Setup>
+bool set_up_job(const JobContext& ctx, const char* what, uint64_t request_id, Setup&& setup) {
+  nlohmann::json detail;
+  try {
+    detail = setup();
+  } catch (const std::exception& e) {
+    transport::log(transport::LogLevel::kWarning, "cleaved " + ctx.options.name + ": refused " + what + ": " + e.what());
+    ctx.channel.send(error_message(transport::ErrorCode::kRefused, e.what(), request_id));
+    return false;
+  }
+  ctx.channel.send(ack_message(request_id, detail));
+  return true;
+}
 
 }  // namespace cleave

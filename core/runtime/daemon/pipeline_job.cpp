@@ -248,9 +248,7 @@ class PipelineStage {
     mm.correct = sm.correct;
     mm.sample_count = sm.samples;
     mm.step_ms = (monotonic_us() - t0) / 1000.0;
-    Message msg;
-    msg.body = mm;
-    ctx_.channel.send(msg);
+    ctx_.channel.send(message_of(mm));
   }
 
   const JobContext& ctx_;
@@ -261,19 +259,16 @@ class PipelineStage {
 
 JobEnd run_pipeline_stage(const JobContext& ctx, const AssignMsg& a, uint64_t request_id) {
   std::unique_ptr<StageJob> job;
-  try {
+  const bool ready = set_up_job(ctx, "assignment", request_id, [&] {
     job = build_stage(ctx, a);
-  } catch (const std::exception& e) {
-    log(LogLevel::kWarning, "cleaved " + ctx.options.name + ": refused assignment: " + e.what());
-    ctx.channel.send(error_message(ErrorCode::kRefused, e.what(), request_id));
-    return JobEnd::refused;
-  }
-  nlohmann::json detail = nlohmann::json::object();
-  if (job->peer_server) detail["peer_endpoint"] = job->peer_server->endpoint();
-  log(LogLevel::kInfo, "cleaved " + ctx.options.name + ": assigned stage " + std::to_string(a.stage) + " of " +
-                           std::to_string(a.num_stages) + ": layers " + std::to_string(a.layer_begin) + ".." +
-                           std::to_string(a.layer_end - 1));
-  ctx.channel.send(ack_message(request_id, detail));
+    nlohmann::json detail = nlohmann::json::object();
+    if (job->peer_server) detail["peer_endpoint"] = job->peer_server->endpoint();
+    log(LogLevel::kInfo, "cleaved " + ctx.options.name + ": assigned stage " + std::to_string(a.stage) + " of " +
+                             std::to_string(a.num_stages) + ": layers " + std::to_string(a.layer_begin) + ".." +
+                             std::to_string(a.layer_end - 1));
+    return detail;
+  });
+  if (!ready) return JobEnd::refused;
   return PipelineStage(ctx, std::move(job)).serve();
 }
 

@@ -114,7 +114,7 @@ class SplitClient {
   int64_t test_batches() const { return (test_.size() + eval_batch_ - 1) / eval_batch_; }
 
   std::optional<JobEnd> handle(const Command& c, uint64_t rid) {
-    try {
+    return run_split_command(ctx_, "split client", rid, [&]() -> std::optional<JobEnd> {
       if (std::holds_alternative<CheckpointCmd>(c)) {  // SplitFed: hand the client-side blocks in for averaging
         send_weights(0, *front_, rid);
         if (tail_) send_weights(2, *tail_, rid);
@@ -140,13 +140,8 @@ class SplitClient {
       done["bytes_sent"] = s.payload_bytes_sent;
       done["bytes_received"] = s.payload_bytes_received;
       ctx_.channel.send(ack_message(rid, done));
-    } catch (const SplitJobAborted& e) {
-      log(LogLevel::kWarning, "cleaved " + ctx_.options.name + ": split job ended: " + e.what());
-      return ctx_.stop ? JobEnd::abandoned : std::optional<JobEnd>{};
-    } catch (const std::exception& e) {
-      ctx_.channel.send(error_message(ErrorCode::kInternal, ctx_.options.name + " (split client) failed: " + e.what(), rid));
-    }
-    return std::nullopt;
+      return std::nullopt;
+    });
   }
 
   // One pass over the shard; returns the batches trained.
@@ -184,9 +179,7 @@ class SplitClient {
         mm.sample_count = bt.size;
         mm.phase = SplitPhase::kTrain;
         mm.round = round;
-        Message msg;
-        msg.body = mm;
-        ctx_.channel.send(msg);
+        ctx_.channel.send(message_of(mm));
       }
       Tensor da = link_->receive(TensorKind::kGradient, seq_, front_->output_shape(), bt.size);
       front_->backward(da, 0, /*need_dx=*/false);
@@ -231,9 +224,7 @@ class SplitClient {
     mm.sample_count = test_.size();
     mm.phase = SplitPhase::kEval;
     mm.round = round;
-    Message msg;
-    msg.body = mm;
-    ctx_.channel.send(msg);
+    ctx_.channel.send(message_of(mm));
   }
 
 
@@ -280,15 +271,7 @@ class SplitClient {
 JobEnd run_split_client(const SplitJobContext& ctx, const Dataset& train, const FedClientOptions& data,
                              const AssignMsg& assign, uint64_t request_id) {
   SplitClient client(ctx, train, data);
-  nlohmann::json detail;
-  try {
-    detail = client.setup(assign);
-  } catch (const std::exception& e) {
-    log(LogLevel::kWarning, "cleaved " + ctx.options.name + ": refused split client job: " + e.what());
-    ctx.channel.send(error_message(ErrorCode::kRefused, e.what(), request_id));
-    return JobEnd::refused;
-  }
-  ctx.channel.send(ack_message(request_id, detail));
+  if (!set_up_job(ctx, "split client job", request_id, [&] { return client.setup(assign); })) return JobEnd::refused;
   return client.serve();
 }
 

@@ -20,6 +20,7 @@
 
 #include "core/runtime/daemon/split_job.h"
 #include "transport/link.h"
+#include "transport/log.h"
 
 namespace cleave {
 
@@ -33,6 +34,24 @@ void check_split_job_alive(const SplitJobContext& ctx);
 
 // The split job as a JobChannel job (job_channel.h: serve_job, job_interruption).
 JobServing split_serving(const SplitJobContext& ctx);
+
+// Runs one command of a split role (`role`: "split client", "split server"):
+// an abort ends the job when the daemon is stopping (serve_job notices the
+// other reasons itself); any other failure is reported to the coordinator
+// as this role's error, and the job goes on.
+template <typename Body>
+std::optional<JobEnd> run_split_command(const SplitJobContext& ctx, const char* role, uint64_t rid, Body&& body) {
+  try {
+    return body();
+  } catch (const SplitJobAborted& e) {
+    transport::log(transport::LogLevel::kWarning, "cleaved " + ctx.options.name + ": split job ended: " + e.what());
+    return ctx.stop ? JobEnd::abandoned : std::optional<JobEnd>{};
+  } catch (const std::exception& e) {
+    ctx.channel.send(error_message(transport::ErrorCode::kInternal,
+                                   ctx.options.name + " (" + role + ") failed: " + e.what(), rid));
+  }
+  return std::nullopt;
+}
 
 class SplitLink {
  public:

@@ -100,7 +100,7 @@ class SplitServer {
     }
     const std::string op = split_phase_name(cmd->phase);
     const int round = static_cast<int>(cmd->round);
-    try {
+    return run_split_command(ctx_, "split server", rid, [&]() -> std::optional<JobEnd> {
       for (int ci : cmd->order)
         if (ci < 0 || ci >= static_cast<int>(clients_.size()))
           throw std::invalid_argument("split order names client " + std::to_string(ci) + " of " +
@@ -118,13 +118,8 @@ class SplitServer {
       }
       ctx_.channel.send(ack_message(rid, {{"op", op + "_done"}, {"round", round}, {"links", links},
                                          {"received", received_record()}}));
-    } catch (const SplitJobAborted& e) {
-      log(LogLevel::kWarning, "cleaved " + ctx_.options.name + ": split job ended: " + e.what());
-      return ctx_.stop ? JobEnd::abandoned : std::optional<JobEnd>{};
-    } catch (const std::exception& e) {
-      ctx_.channel.send(error_message(ErrorCode::kInternal, ctx_.options.name + " (split server) failed: " + e.what(), rid));
-    }
-    return std::nullopt;
+      return std::nullopt;
+    });
   }
 
   void train_batch(int ci, int round) {
@@ -147,9 +142,7 @@ class SplitServer {
       mm.sample_count = n;
       mm.phase = SplitPhase::kTrain;
       mm.round = round;
-      Message msg;
-      msg.body = mm;
-      ctx_.channel.send(msg);
+      ctx_.channel.send(message_of(mm));
     } else {
       Tensor y = part_->forward(x, 0, /*training=*/true, dropout_seed);
       cl.link->send(TensorKind::kActivation, cl.seq, y);
@@ -190,15 +183,10 @@ class SplitServer {
 
 JobEnd run_split_server(const SplitJobContext& ctx, const AssignMsg& assign, uint64_t request_id) {
   SplitServer server(ctx);
-  nlohmann::json endpoints;
-  try {
-    endpoints = server.setup(assign);
-  } catch (const std::exception& e) {
-    log(LogLevel::kWarning, "cleaved " + ctx.options.name + ": refused split server job: " + e.what());
-    ctx.channel.send(error_message(ErrorCode::kRefused, e.what(), request_id));
-    return JobEnd::refused;
-  }
-  ctx.channel.send(ack_message(request_id, {{"op", "split_setup"}, {"endpoints", endpoints}}));
+  const bool ready = set_up_job(ctx, "split server job", request_id, [&] {
+    return nlohmann::json{{"op", "split_setup"}, {"endpoints", server.setup(assign)}};
+  });
+  if (!ready) return JobEnd::refused;
   return server.serve();
 }
 
