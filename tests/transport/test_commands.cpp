@@ -8,6 +8,9 @@
 #include <limits>
 #include <set>
 
+#include <zmq.hpp>
+
+#include "transport/endpoint.h"
 #include "transport/message.h"
 #include "transport/schema/cleave_generated.h"
 
@@ -195,4 +198,43 @@ TEST_CASE("a peer of another protocol version is told which versions differ", "[
   CHECK(static_cast<int>(fb::Body::Error) == 8);
   CHECK(env->body_as_Error()->code() == fb::ErrorCode::UnsupportedVersion);
   CHECK(env->body_as_Error()->message()->str() == "speaks 2, you speak 1");
+}
+
+TEST_CASE("a daemon of another protocol version is refused at registration, naming both versions",
+          "[transport][commands]") {
+  ServerOptions so;
+  so.bind = "tcp://127.0.0.1:*";
+  so.insecure = true;
+  so.label = "test coordinator";
+  ServerEndpoint server(so);
+  zmq::context_t zctx;
+  zmq::socket_t dealer(zctx, zmq::socket_type::dealer);
+  dealer.set(zmq::sockopt::linger, 0);
+  dealer.connect(server.endpoint());
+
+  // What a daemon of the previous version sends first.
+  const uint16_t old_version = kProtocolVersion - 1;
+  flatbuffers::FlatBufferBuilder b;
+  auto reg = fb::CreateRegisterDirect(b, "old-board");
+  auto env = fb::CreateEnvelope(b, old_version, 1, fb::Body::Register, reg.Union());
+  fb::FinishEnvelopeBuffer(b, env);
+  REQUIRE(dealer.send(zmq::buffer(b.GetBufferPointer(), b.GetSize()), zmq::send_flags::none));
+
+  auto r = server.receive(std::chrono::milliseconds(3000));
+  REQUIRE(!r.ok());
+  CHECK_THAT(r.failure().message, Catch::Contains("unsupported protocol version"));
+
+  zmq::message_t reply;
+  dealer.set(zmq::sockopt::rcvtimeo, 3000);
+  REQUIRE(dealer.recv(reply, zmq::recv_flags::none));
+  const std::span<const std::byte> bytes(static_cast<const std::byte*>(reply.data()), reply.size());
+  REQUIRE(envelope_version(bytes) == old_version);  // readable by the old daemon
+  std::vector<uint64_t> aligned((reply.size() + 7) / 8);
+  std::memcpy(aligned.data(), reply.data(), reply.size());
+  const auto* e = fb::GetEnvelope(aligned.data())->body_as_Error();
+  REQUIRE(e != nullptr);
+  CHECK(e->code() == fb::ErrorCode::UnsupportedVersion);
+  const std::string text = e->message()->str();
+  CHECK_THAT(text, Catch::Contains("version " + std::to_string(kProtocolVersion)));
+  CHECK_THAT(text, Catch::Contains("version " + std::to_string(old_version)));
 }
