@@ -15,7 +15,6 @@
 #include "core/pipeline/stage.h"
 #include "core/pipeline/trace.h"
 #include "core/planner/balance.h"
-#include "core/runtime/coordinator/pipeline.h"
 #include "core/train/train_config.h"
 #include "core/util/rng.h"
 

@@ -1,0 +1,146 @@
+// test_session.cpp: the coordinator session every driver is built on —
+// registration (what is offered, the timeout message), one request-id
+// counter, the release of daemons, and the orderly stop on error.
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <set>
+#include <stdexcept>
+
+#include "core/runtime/coordinator/session.h"
+#include "transport/endpoint.h"
+
+using namespace cleave;
+using namespace cleave::transport;
+using namespace std::chrono_literals;
+
+namespace {
+
+SessionOptions plain(const std::string& who) {
+  SessionOptions o;
+  o.who = who;
+  o.listen = "tcp://127.0.0.1:*";
+  o.insecure = true;
+  o.peer_timeout_ms = 5000;
+  return o;
+}
+
+std::unique_ptr<ClientEndpoint> daemon_at(const std::string& endpoint) {
+  ClientOptions co;
+  co.connect = endpoint;
+  co.insecure = true;
+  co.label = "fake daemon";
+  return std::make_unique<ClientEndpoint>(co);
+}
+
+Message registration(const std::string& name) {
+  RegisterMsg r;
+  r.device_name = name;
+  r.details_json = name == "with-data" ? "{\"fed_client\": true, \"samples\": 5}" : "not json";
+  return message_of(r);
+}
+
+// The next command the fake daemon receives.
+Command next_command(ClientEndpoint& c) {
+  for (int i = 0; i < 50; ++i) {
+    auto r = c.receive(100ms);
+    if (r)
+      if (auto* cmd = std::get_if<CommandMsg>(&r->body)) return cmd->command;
+  }
+  FAIL("no command arrived");
+  return FinishCmd{};
+}
+
+}  // namespace
+
+TEST_CASE("a session offers each new registration once, with its details parsed", "[runtime][session]") {
+  std::string listening;
+  SessionOptions o = plain("cleave test");
+  o.on_listening = [&](const std::string& e) { listening = e; };
+  Session session(o);
+  CHECK(listening == session.server().endpoint());
+  auto a = daemon_at(listening), b = daemon_at(listening);
+  REQUIRE(a->send(registration("with-data")).ok());
+  REQUIRE(b->send(registration("without")).ok());
+  REQUIRE(a->send(registration("with-data")).ok());  // a retry: not offered again once added
+
+  std::vector<Registration> seen;
+  std::vector<nlohmann::json> details;
+  session.register_until(
+      10000, [&] { return session.pool().peers().size() == 2; },
+      [&](const Registration& r) {
+        details.push_back(r.details);
+        session.pool().add(r.peer, r.reg, r.details);
+      },
+      [](const std::string&) { return std::string("unexpected timeout"); });
+  REQUIRE(details.size() == 2);
+  std::set<bool> has_data;
+  for (const auto& d : details) {
+    CHECK(d.is_object());  // "not json" became {}
+    has_data.insert(d.value("fed_client", false));
+  }
+  CHECK(has_data == std::set<bool>{true, false});
+}
+
+TEST_CASE("registration that does not complete fails with the driver's message", "[runtime][session]") {
+  Session session(plain("cleave test"));
+  auto a = daemon_at(session.server().endpoint());
+  REQUIRE(a->send(registration("lonely")).ok());
+  const auto t0 = std::chrono::steady_clock::now();
+  std::string registered;
+  CHECK_THROWS_WITH(session.register_until(
+                        1500, [] { return false; },
+                        [&](const Registration& r) { session.pool().add(r.peer, r.reg, r.details); },
+                        [&](const std::string& names) {
+                          registered = names;
+                          return "only 1 of 2 registered (" + names + ")";
+                        }),
+                    Catch::Contains("only 1 of 2 registered"));
+  CHECK(std::chrono::steady_clock::now() - t0 >= 1500ms);
+  CHECK_THAT(registered, Catch::StartsWith("insecure-"));  // the names registered so far
+}
+
+TEST_CASE("request ids come from one counter, and release ends jobs and shuts daemons down",
+          "[runtime][session]") {
+  Session session(plain("cleave test"));
+  std::set<uint64_t> ids;
+  for (int i = 0; i < 1000; ++i) ids.insert(session.next_request_id());
+  CHECK(ids.size() == 1000);
+  CHECK(*ids.begin() > 0);
+
+  auto a = daemon_at(session.server().endpoint());
+  REQUIRE(a->send(registration("dev")).ok());
+  std::string name;
+  session.register_until(
+      10000, [&] { return !name.empty(); },
+      [&](const Registration& r) {
+        name = r.peer;
+        session.pool().add(r.peer, r.reg, r.details);
+      },
+      [](const std::string&) { return std::string("timeout"); });
+  session.release({name}, /*shutdown=*/true);
+  CHECK(std::holds_alternative<FinishCmd>(next_command(*a)));
+  CHECK(std::holds_alternative<ShutdownCmd>(next_command(*a)));
+}
+
+TEST_CASE("a job that throws releases its daemons and the error reaches the caller", "[runtime][session]") {
+  Session session(plain("cleave test"));
+  auto a = daemon_at(session.server().endpoint());
+  REQUIRE(a->send(registration("dev")).ok());
+  std::string name;
+  session.register_until(
+      10000, [&] { return !name.empty(); },
+      [&](const Registration& r) {
+        name = r.peer;
+        session.pool().add(r.peer, r.reg, r.details);
+      },
+      [](const std::string&) { return std::string("timeout"); });
+
+  CHECK_THROWS_WITH(session.run_job({name}, false, []() -> int { throw std::runtime_error("stage 1 died"); }),
+                    "stage 1 died");
+  CHECK(std::holds_alternative<FinishCmd>(next_command(*a)));
+
+  // And on success the daemons are released too, after the body's result.
+  CHECK(session.run_job({name}, false, [] { return 7; }) == 7);
+  CHECK(std::holds_alternative<FinishCmd>(next_command(*a)));
+}
