@@ -25,6 +25,7 @@
 #include "core/io/state_dict.h"
 #include "core/model/model_spec.h"
 #include "core/train/train_checkpoint.h"
+#include "skip.h"
 
 namespace fs = std::filesystem;
 
@@ -151,12 +152,6 @@ std::string write_small_model(const TempDir& dir) {
   return path;
 }
 
-bool have_fashion_mnist() {
-  const char* env = std::getenv("CLEAVE_DATA_DIR");
-  const std::string dir = env ? env : "/usr/share/datasets/fashion-mnist";
-  return fs::exists(dir + "/train-images-idx3-ubyte.gz") || fs::exists(dir + "/train-images-idx3-ubyte");
-}
-
 }  // namespace
 
 TEST_CASE("cleave train --help documents every flag", "[cli]") {
@@ -178,7 +173,7 @@ TEST_CASE("cleave train --help documents every flag", "[cli]") {
 }
 
 TEST_CASE("cleave train --local writes the result JSON", "[cli]") {
-  REQUIRE(have_fashion_mnist());
+  CLEAVE_SKIP_UNLESS_FASHION_MNIST();
   TempDir dir;
   nlohmann::json j = train_ok(dir, small_train(kMlp, "--epochs 2 --seed 3"));
   CHECK(j.at("mode") == "local");
@@ -200,7 +195,7 @@ TEST_CASE("cleave train --local writes the result JSON", "[cli]") {
 }
 
 TEST_CASE("cleave train: the same seed gives the same losses, another seed differs", "[cli]") {
-  REQUIRE(have_fashion_mnist());
+  CLEAVE_SKIP_UNLESS_FASHION_MNIST();
   TempDir dir;
   const std::string small = write_small_model(dir);
   const auto a = losses_of(train_ok(dir, small_train(small, "--epochs 1 --seed 7")));
@@ -214,7 +209,7 @@ TEST_CASE("cleave train: the same seed gives the same losses, another seed diffe
 }
 
 TEST_CASE("cleave train: resuming from a checkpoint gives the uninterrupted run's losses", "[cli]") {
-  REQUIRE(have_fashion_mnist());
+  CLEAVE_SKIP_UNLESS_FASHION_MNIST();
   TempDir dir;
   const std::string small = write_small_model(dir);
   const std::string ck = dir.file("run.ck");
@@ -262,7 +257,7 @@ TEST_CASE("cleave train: resuming from a checkpoint gives the uninterrupted run'
 }
 
 TEST_CASE("cleave train refuses damaged checkpoints and bad input with clear errors", "[cli]") {
-  REQUIRE(have_fashion_mnist());
+  CLEAVE_SKIP_UNLESS_FASHION_MNIST();
   TempDir dir;
   const std::string small = write_small_model(dir);
   const std::string ck = dir.file("good.ck");
@@ -336,7 +331,7 @@ TEST_CASE("cleave train refuses damaged checkpoints and bad input with clear err
 }
 
 TEST_CASE("cleave export writes PyTorch-named safetensors that --init trains from", "[cli]") {
-  REQUIRE(have_fashion_mnist());
+  CLEAVE_SKIP_UNLESS_FASHION_MNIST();
   TempDir dir;
   const std::string ck = dir.file("cnn.ck");
   const std::string w = dir.file("cnn.safetensors");
@@ -404,7 +399,7 @@ TEST_CASE("cleave export writes PyTorch-named safetensors that --init trains fro
 }
 
 TEST_CASE("cleave train --optimizer sgd --momentum 0.9 trains", "[cli]") {
-  REQUIRE(have_fashion_mnist());
+  CLEAVE_SKIP_UNLESS_FASHION_MNIST();
   TempDir dir;
   const std::string base = "train --local --model '" + kMlp +
                            "' --dataset fashion-mnist --limit-train 512 --limit-test 256 --batch 32 --threads 1"

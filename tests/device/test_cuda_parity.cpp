@@ -35,6 +35,7 @@
 
 #include "device/device.h"
 #include "device/tensor.h"
+#include "skip.h"
 
 using namespace cleave;
 
@@ -67,13 +68,10 @@ Backends& backends() {
   return b;
 }
 
-// Evaluates to the Backends, or WARNs and returns from the test when there is no GPU.
+// Evaluates to the Backends, or skips the test (tests/skip.h) when there is no GPU.
 #define CUDA_OR_SKIP(b)                                                         \
   Backends& b = backends();                                                     \
-  if (!(b).gpu) {                                                               \
-    WARN("skipping CUDA parity test: " << (b).why);                             \
-    return;                                                                     \
-  }
+  if (!(b).gpu) CLEAVE_SKIP("no CUDA device: " << (b).why)
 
 enum class Side { cpu, gpu };
 

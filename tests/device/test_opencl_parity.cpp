@@ -37,6 +37,7 @@
 #include "device/opencl/opencl_device.h"
 #include "device/opencl/program_cache.h"
 #include "device/tensor.h"
+#include "skip.h"
 
 using namespace cleave;
 
@@ -88,8 +89,7 @@ bool opencl_absent(const std::string& why) {
   Devices& devs = devices();                                                     \
   if (!devs.cl) {                                                                \
     if (!opencl_absent(devs.skip_reason)) FAIL(devs.skip_reason);                \
-    WARN("skipping: no OpenCL device could be opened: " << devs.skip_reason);    \
-    return;                                                                      \
+    CLEAVE_SKIP("no OpenCL device could be opened: " << devs.skip_reason);       \
   }                                                                              \
   Device& cpu = *devs.cpu;                                                       \
   OpenclDevice& cl = *devs.cl;                                                   \

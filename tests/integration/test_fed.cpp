@@ -25,6 +25,7 @@
 #include "core/train/train_checkpoint.h"
 #include "device/device.h"
 #include "integration/daemon_cluster.h"
+#include "skip.h"
 
 using namespace cleave;
 using cleave::testing::DaemonCluster;
@@ -110,10 +111,7 @@ TEST_CASE("fed options are validated", "[fed]") {
 
 TEST_CASE("IID FedAvg over 3 client daemons learns and only weights and metrics leave a client",
           "[integration][fed]") {
-  if (!cleave::testing::fashion_mnist_installed()) {
-    WARN("Fashion-MNIST not installed: skipping");
-    return;
-  }
+  CLEAVE_SKIP_UNLESS_FASHION_MNIST();
   const int n = 3;
   const int64_t limit = 3000;
   DaemonCluster cluster(n);
@@ -166,10 +164,7 @@ TEST_CASE("IID FedAvg over 3 client daemons learns and only weights and metrics 
 }
 
 TEST_CASE("Dirichlet(0.5) non-IID FedAvg over 4 client daemons learns", "[integration][fed]") {
-  if (!cleave::testing::fashion_mnist_installed()) {
-    WARN("Fashion-MNIST not installed: skipping");
-    return;
-  }
+  CLEAVE_SKIP_UNLESS_FASHION_MNIST();
   const int n = 4;
   DaemonCluster cluster(n);
   FedOptions o = fed_options(cluster, n);
@@ -189,10 +184,7 @@ TEST_CASE("Dirichlet(0.5) non-IID FedAvg over 4 client daemons learns", "[integr
 }
 
 TEST_CASE("a client killed mid-round does not stop the round when K are left", "[integration][fed]") {
-  if (!cleave::testing::fashion_mnist_installed()) {
-    WARN("Fashion-MNIST not installed: skipping");
-    return;
-  }
+  CLEAVE_SKIP_UNLESS_FASHION_MNIST();
   const int n = 3;
   DaemonCluster cluster(n);
   FedOptions o = fed_options(cluster, n);
@@ -220,10 +212,7 @@ TEST_CASE("a client killed mid-round does not stop the round when K are left", "
 }
 
 TEST_CASE("NaN and wrong-shape updates are rejected by every strategy and the round completes", "[integration][fed]") {
-  if (!cleave::testing::fashion_mnist_installed()) {
-    WARN("Fashion-MNIST not installed: skipping");
-    return;
-  }
+  CLEAVE_SKIP_UNLESS_FASHION_MNIST();
   for (const char* strategy : {"fedavg", "fedprox", "median", "trimmed-mean"}) {
     DYNAMIC_SECTION("strategy " << strategy) {
       const int n = 4;
@@ -260,10 +249,7 @@ TEST_CASE("NaN and wrong-shape updates are rejected by every strategy and the ro
 }
 
 TEST_CASE("a round with fewer than K acceptable updates fails saying how many arrived", "[integration][fed]") {
-  if (!cleave::testing::fashion_mnist_installed()) {
-    WARN("Fashion-MNIST not installed: skipping");
-    return;
-  }
+  CLEAVE_SKIP_UNLESS_FASHION_MNIST();
   const int n = 2;
   DaemonCluster cluster(n);
   FedOptions o = fed_options(cluster, n);
@@ -287,10 +273,7 @@ TEST_CASE("a round with fewer than K acceptable updates fails saying how many ar
 }
 
 TEST_CASE("a straggler: the round closes at --round-timeout with the K updates it has", "[integration][fed]") {
-  if (!cleave::testing::fashion_mnist_installed()) {
-    WARN("Fashion-MNIST not installed: skipping");
-    return;
-  }
+  CLEAVE_SKIP_UNLESS_FASHION_MNIST();
   const int n = 3;
   DaemonCluster cluster(n);
   FedOptions o = fed_options(cluster, n);
@@ -316,10 +299,7 @@ TEST_CASE("a straggler: the round closes at --round-timeout with the K updates i
 }
 
 TEST_CASE("a client refuses a model that does not match its data, and the run says so", "[integration][fed]") {
-  if (!cleave::testing::fashion_mnist_installed()) {
-    WARN("Fashion-MNIST not installed: skipping");
-    return;
-  }
+  CLEAVE_SKIP_UNLESS_FASHION_MNIST();
   DaemonCluster cluster(1);
   // The coordinator's test set and model: 12 features. The client holds Fashion-MNIST (784).
   const std::string model = cluster.dir() + "/tabular.json";
@@ -351,10 +331,7 @@ TEST_CASE("a client refuses a model that does not match its data, and the run sa
 }
 
 TEST_CASE("a federated run resumed from its checkpoint repeats the uninterrupted rounds", "[integration][fed][checkpoint]") {
-  if (!cleave::testing::fashion_mnist_installed()) {
-    WARN("Fashion-MNIST not installed: skipping");
-    return;
-  }
+  CLEAVE_SKIP_UNLESS_FASHION_MNIST();
   const int n = 2;
   const int64_t limit = 600;
   auto run = [&](const TrainConfig& cfg, int rounds) {

@@ -8,15 +8,13 @@
 #include "core/data/dataset.h"
 #include "core/runtime/coordinator.h"
 #include "integration/daemon_cluster.h"
+#include "skip.h"
 
 using namespace cleave;
 using cleave::testing::DaemonCluster;
 
 TEST_CASE("the planner places stages within memory and bandwidth limits", "[integration][planner]") {
-  if (!cleave::testing::fashion_mnist_installed()) {
-    WARN("Fashion-MNIST not installed: skipping");
-    return;
-  }
+  CLEAVE_SKIP_UNLESS_FASHION_MNIST();
   TrainConfig cfg;
   cfg.model_path = std::string(CLEAVE_SOURCE_DIR) + "/models/mlp.json";
   cfg.batch = 64;
