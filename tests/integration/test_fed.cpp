@@ -206,7 +206,9 @@ TEST_CASE("a client killed mid-round does not stop the round when K are left", "
   CHECK(r2["participants"] == 2);
   REQUIRE(r2["dropped"].size() == 1);
   CHECK_THAT(r2["dropped"][0].get<std::string>(), Catch::Contains("dev2"));
-  CHECK(r2["seconds"].get<double>() < 30);  // closed on the disconnect, not at the round timeout
+  // Closed on the disconnect, not at the round timeout (a loaded machine may be slow, not 60 s slow).
+  CHECK(r2["timed_out"] == false);
+  CHECK(r2["seconds"].get<double>() < o.round_timeout_s);
   CHECK(r["rounds"][2]["sampled"].size() == 2);  // the dead client is no longer sampled
   CHECK(r["test_accuracy"].get<double>() > 0.5);
 }
@@ -293,7 +295,10 @@ TEST_CASE("a straggler: the round closes at --round-timeout with the K updates i
     CHECK(rd["participants"] == 2);
     REQUIRE(rd["dropped"].size() == 1);
     CHECK_THAT(rd["dropped"][0].get<std::string>(), Catch::Contains("dev2") && Catch::Contains("--round-timeout"));
-    CHECK(rd["seconds"].get<double>() < 4 + 5);  // closed at the timeout (plus evaluation)
+    // Closed at the timeout: not before it, and long before the straggler's
+    // 20,000 samples (well over 10 s of training even on an idle machine).
+    CHECK(rd["seconds"].get<double>() >= 4);
+    CHECK(rd["seconds"].get<double>() < 4 + 8);
   }
   CHECK(r["test_accuracy"].get<double>() > 0.4);
 }
