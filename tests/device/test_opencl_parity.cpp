@@ -16,7 +16,7 @@
 //                         layernorm dgamma/dbeta, sum_squares
 //   gemm (1e-5, 2e-6 * k * max|a| * max|b|)
 //
-// When no OpenCL device can be opened every test warns and returns (skip). The
+// When no OpenCL device can be opened every test skips (CLEAVE_SKIP: "Skipped" in CTest). The
 // device is opened once per process (a function-local static) with its program
 // cache in the build tree, so only the very first run compiles the kernels.
 #include <catch2/catch.hpp>
