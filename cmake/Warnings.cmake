@@ -14,3 +14,24 @@ function(cleave_warnings target)
     endif()
   endif()
 endfunction()
+
+# cleave_gcc12_restrict_false_positive(TARGET target FILES files...): GCC 12
+# (Debian 12's compiler) warns -Wrestrict inside libstdc++'s
+# std::char_traits::copy (bits/char_traits.h:431) for correct std::string code
+# at -O2/-O3: `"literal" + std::string(...)`, i.e. operator+(const char*,
+# string&&), and assigning a short literal to a string (GCC bugs 105329 and
+# 105651). Prefer rewriting the line (append with +=); where that is not an
+# option, this silences -Wrestrict for those files of `target` only. Absolute
+# paths; a file that no longer exists is ignored (the silence is then stale,
+# not harmful).
+function(cleave_gcc12_restrict_false_positive)
+  cmake_parse_arguments(A "" "TARGET" "FILES" ${ARGN})
+  if(NOT CMAKE_CXX_COMPILER_ID STREQUAL "GNU" OR CMAKE_CXX_COMPILER_VERSION VERSION_LESS 12)
+    return()
+  endif()
+  foreach(f IN LISTS A_FILES)
+    if(EXISTS ${f})
+      set_property(SOURCE ${f} TARGET_DIRECTORY ${A_TARGET} APPEND PROPERTY COMPILE_OPTIONS -Wno-restrict)
+    endif()
+  endforeach()
+endfunction()

@@ -216,8 +216,11 @@ AllowList AllowList::load(const fs::path& path) {
     const bool named = fields.size() == 2;
     // Bare keys are named after the file stem: STEM, STEM-2, STEM-3, ...
     ++keys_seen;
-    const std::string name =
-        named ? fields[0] : path.stem().string() + (keys_seen > 1 ? "-" + std::to_string(keys_seen) : "");
+    std::string name = named ? fields[0] : path.stem().string();
+    if (!named && keys_seen > 1) {
+      name += '-';
+      name += std::to_string(keys_seen);
+    }
     if (!is_z85_key(key)) throw std::runtime_error(where + ": not a 40-character Z85 public key");
     try {
       list.add(name, key);

@@ -11,6 +11,7 @@
 #include "apps/cleave/commands.h"
 #include "apps/common/processes.h"
 #include "apps/cleave/train_flags.h"
+#include "apps/flag_checks.h"
 #include "core/runtime/coordinator/pipeline.h"
 #include "transport/keys.h"
 
@@ -33,18 +34,20 @@ void add_demo_command(CLI::App& root) {
   };
   auto o = std::make_shared<DemoOptions>();
   cmd->add_option("--devices", o->devices, "Daemons (pipeline stages) to start")->capture_default_str()
-      ->check(CLI::Range(1, 16));
-  cmd->add_option("--epochs", o->epochs, "Passes over Fashion-MNIST")->capture_default_str()->check(CLI::PositiveNumber);
+      ->check(flag_checks::within(1, 16));
+  cmd->add_option("--epochs", o->epochs, "Passes over Fashion-MNIST")->capture_default_str()->check(flag_checks::positive());
   cmd->add_option("--model", o->model, "Model JSON")->capture_default_str();
   cmd->add_option("--schedule", o->schedule, "gpipe | 1f1b")->capture_default_str()->check(CLI::IsMember({"gpipe", "1f1b"}));
   cmd->add_option("--planner", o->planner, "balance (one stage per daemon) | auto (profile and plan)")
       ->capture_default_str()->check(CLI::IsMember({"auto", "balance"}));
-  cmd->add_option("--microbatches", o->microbatches, "Micro-batches per batch")->capture_default_str();
-  cmd->add_option("--batch", o->batch, "Batch size")->capture_default_str();
-  cmd->add_option("--threads", o->threads, "CPU threads per daemon")->capture_default_str();
+  cmd->add_option("--microbatches", o->microbatches, "Micro-batches per batch")->capture_default_str()
+      ->check(flag_checks::positive());
+  cmd->add_option("--batch", o->batch, "Batch size")->capture_default_str()->check(flag_checks::positive());
+  cmd->add_option("--threads", o->threads, "CPU threads per daemon (0 = all cores)")->capture_default_str()
+      ->check(flag_checks::non_negative());
   cmd->add_option("--seed", o->seed, "Seed")->capture_default_str();
-  cmd->add_option("--limit-train", o->limit_train, "Train on the first N samples only");
-  cmd->add_option("--limit-test", o->limit_test, "Test on the first N samples only");
+  cmd->add_option("--limit-train", o->limit_train, "Train on the first N samples only")->check(flag_checks::positive());
+  cmd->add_option("--limit-test", o->limit_test, "Test on the first N samples only")->check(flag_checks::positive());
   cmd->add_option("--dataset-dir", o->dataset_dir, "Where Fashion-MNIST lives");
   cmd->add_option("--json", o->json_path, "Write the run's results as JSON to this file");
   cmd->add_option("--trace", o->trace_path, "Write a Chrome trace of the stages here");

@@ -6,6 +6,7 @@
 #include "apps/cleave/commands.h"
 #include "apps/cleave/coordinator_flags.h"
 #include "apps/cleave/train_flags.h"
+#include "apps/flag_checks.h"
 #include "core/runtime/coordinator/fed_coordinator.h"
 
 namespace cleave {
@@ -17,25 +18,25 @@ void add_fed_command(CLI::App& root) {
   add_train_flags(*cmd, *flags);
   auto o = std::make_shared<FedOptions>();
   cmd->add_option("--clients", o->clients, "Federated clients (cleaved --dataset ... --shard i/N) to wait for")
-      ->capture_default_str()->check(CLI::PositiveNumber);
-  cmd->add_option("--rounds", o->rounds, "Federated rounds")->capture_default_str()->check(CLI::PositiveNumber);
+      ->capture_default_str()->check(flag_checks::positive());
+  cmd->add_option("--rounds", o->rounds, "Federated rounds")->capture_default_str()->check(flag_checks::positive());
   cmd->add_option("--local-epochs", o->local_epochs, "Passes over its shard each client makes per round")
-      ->capture_default_str()->check(CLI::PositiveNumber);
+      ->capture_default_str()->check(flag_checks::positive());
   cmd->add_option("--fraction", o->fraction, "Share of the live clients sampled each round (seeded)")
-      ->capture_default_str()->check(CLI::Range(0.0, 1.0));
+      ->capture_default_str()->check(flag_checks::within(0, 1));
   cmd->add_option("--min-clients", o->min_clients, "Acceptable updates a round needs (K)")->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(flag_checks::positive());
   cmd->add_option("--round-timeout", o->round_timeout_s, "Seconds after which a round closes with the updates it has")
-      ->capture_default_str()->check(CLI::PositiveNumber);
+      ->capture_default_str()->check(flag_checks::positive());
   cmd->add_option("--strategy", o->strategy, "fedavg | fedprox | median | trimmed-mean")->capture_default_str()
       ->check(CLI::IsMember({"fedavg", "fedprox", "median", "trimmed-mean"}));
   auto* mu = cmd->add_option("--mu", o->mu, "FedProx proximal weight (with --strategy fedprox)")->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(flag_checks::non_negative());
   cmd->add_option("--trim", o->trim_fraction, "trimmed-mean: share cut from each end per coordinate")
-      ->capture_default_str()->check(CLI::Range(0.0, 0.49));
+      ->capture_default_str()->check(flag_checks::within(0, 0.5, /*hi_open=*/true));
   add_coordinator_flags(*cmd, *o, "client");
   cmd->add_option("--peer-timeout", o->peer_timeout_ms, "A client silent this many ms is dropped")
-      ->capture_default_str();
+      ->capture_default_str()->check(flag_checks::positive());
   cmd->add_flag("--shutdown-clients", o->shutdown_clients, "Tell the clients to exit at the end");
   cmd->add_option("--save", flags->config.save_path,
                   "Write the global weights here after every round, atomically (a federated checkpoint)");
@@ -46,15 +47,15 @@ void add_fed_command(CLI::App& root) {
     // Flags of `cleave train` that mean nothing here: the clients own the training data.
     for (const char* name : {"--epochs", "--limit-train", "--max-steps", "--microbatches"})
       if (cmd->get_option(name)->count() > 0)
-        throw CliError(std::string(name) + " does not apply to cleave fed: use --rounds/--local-epochs, and "
+        throw UsageError(std::string(name) + " does not apply to cleave fed: use --rounds/--local-epochs, and "
                        "give clients their data with cleaved --dataset/--shard/--limit-train");
     finish_train_flags(*flags);
     if (mu->count() > 0 && o->strategy != "fedprox")
-      throw CliError("--mu applies to --strategy fedprox only");
+      throw UsageError("--mu applies to --strategy fedprox only");
     try {
       o->validate();
     } catch (const std::exception& e) {
-      throw CliError(e.what());
+      throw UsageError(e.what());
     }
     prepare_coordinator(*o, "cleave fed");
     nlohmann::json result = train_federated(flags->config, *o);

@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "apps/cleave/commands.h"
+#include "apps/flag_checks.h"
 #include "core/model/model_spec.h"
 #include "core/planner/devices_file.h"
 #include "core/planner/plan_report.h"
@@ -29,8 +30,8 @@ void add_plan_command(CLI::App& root) {
       ->required();
   cmd->add_option("--schedule", f->schedule, "gpipe | 1f1b")->capture_default_str()->check(CLI::IsMember({"gpipe", "1f1b"}));
   cmd->add_option("--microbatches", f->microbatches, "Micro-batches per batch")->capture_default_str()->check(
-      CLI::PositiveNumber);
-  cmd->add_option("--batch", f->batch, "Samples per optimizer step")->capture_default_str()->check(CLI::PositiveNumber);
+      flag_checks::positive());
+  cmd->add_option("--batch", f->batch, "Samples per optimizer step")->capture_default_str()->check(flag_checks::positive());
   cmd->add_option("--optimizer", f->optimizer, "adam | sgd | adamw (sets the optimizer-state memory)")
       ->capture_default_str()
       ->check(CLI::IsMember({"adam", "sgd", "adamw"}));
@@ -40,7 +41,7 @@ void add_plan_command(CLI::App& root) {
       ->check(CLI::IsMember({"f32", "f16", "int8"}));
   cmd->add_option("--max-stages", f->max_stages, "At most this many stages (0: up to one per device)")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(flag_checks::non_negative());
   cmd->add_option("--json", f->json_path, "Write the plan (with the per-layer profile) as JSON to this file");
   cmd->callback([f]() {
     const ModelSpec spec = ModelSpec::load(f->model);

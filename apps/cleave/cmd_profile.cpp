@@ -7,6 +7,7 @@
 #include "apps/cleave/commands.h"
 #include "apps/cleave/coordinator_flags.h"
 #include "apps/cleave/train_flags.h"
+#include "apps/flag_checks.h"
 #include "core/runtime/coordinator/pipeline.h"
 
 namespace cleave {
@@ -17,11 +18,12 @@ void add_profile_command(CLI::App& root) {
   auto cl = std::make_shared<ClusterOptions>();
   auto json_path = std::make_shared<std::string>();
   cmd->add_option("--model", cfg->model_path, "Model whose layers are timed on each device")->required();
-  cmd->add_option("--devices", cl->devices, "Daemons to wait for")->capture_default_str();
+  cmd->add_option("--devices", cl->devices, "Daemons to wait for")->capture_default_str()->check(flag_checks::positive());
   add_coordinator_flags(*cmd, *cl, "device");
-  cmd->add_option("--batch", cfg->batch, "Batch the profile is for")->capture_default_str();
+  cmd->add_option("--batch", cfg->batch, "Batch the profile is for")->capture_default_str()->check(flag_checks::positive());
   cmd->add_option("--microbatches", cfg->microbatches, "Micro-batches per batch (layers are timed at micro-batch size)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(flag_checks::positive());
   cmd->add_option("--dataset-dir", cfg->dataset_dir, "Where Fashion-MNIST lives");
   cmd->add_option("--json", *json_path, "Write the devices file here (default: print it)");
   cmd->callback([cfg, cl, json_path]() {

@@ -3,10 +3,14 @@
 // middle of the model (core/runtime/coordinator/split_coordinator.h).
 #include <cstdio>
 #include <memory>
+#include <stdexcept>
 
 #include "apps/cleave/commands.h"
 #include "apps/cleave/coordinator_flags.h"
 #include "apps/cleave/train_flags.h"
+#include "apps/flag_checks.h"
+#include "core/model/model_spec.h"
+#include "core/runtime/common/split_layout.h"
 #include "core/runtime/coordinator/split_coordinator.h"
 
 namespace cleave {
@@ -18,7 +22,7 @@ void add_split_command(CLI::App& root) {
   add_train_flags(*cmd, *flags);
   auto o = std::make_shared<SplitOptions>();
   cmd->add_option("--clients", o->clients, "Clients with data (cleaved --dataset ... --shard i/N) to wait for")
-      ->capture_default_str()->check(CLI::PositiveNumber);
+      ->capture_default_str()->check(flag_checks::positive());
   cmd->add_option("--labels", o->labels,
                   "server: the server computes the loss from labels the clients send; client: U-shaped, the "
                   "clients also hold the last layers and the loss, so labels never leave them")
@@ -32,24 +36,34 @@ void add_split_command(CLI::App& root) {
       ->capture_default_str()->check(CLI::IsMember({"f32", "f16", "int8"}));
   cmd->add_option("--server", o->server, "Name of the server daemon (default: the first daemon without data)");
   cmd->add_option("--eval-batch", o->eval_batch, "Test samples per evaluation batch")->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(flag_checks::positive());
   add_coordinator_flags(*cmd, *o, "daemon");
   cmd->add_option("--peer-timeout", o->peer_timeout_ms, "A daemon silent this many ms fails the run")
-      ->capture_default_str();
+      ->capture_default_str()->check(flag_checks::positive());
   cmd->add_option("--epoch-timeout", o->epoch_timeout_s, "Seconds an epoch (training + evaluation) may take")
-      ->capture_default_str()->check(CLI::PositiveNumber);
+      ->capture_default_str()->check(flag_checks::positive());
   cmd->add_flag("--shutdown-daemons", o->shutdown_daemons, "Tell the daemons to exit at the end");
   cmd->callback([cmd, flags, o]() {
     // Flags of `cleave train` that mean nothing here: the clients own the data.
     for (const char* name : {"--limit-train", "--max-steps", "--microbatches", "--dataset", "--dataset-dir"})
       if (cmd->get_option(name)->count() > 0)
-        throw CliError(std::string(name) + " does not apply to cleave split: the clients own the data; give it "
+        throw UsageError(std::string(name) + " does not apply to cleave split: the clients own the data; give it "
                        "to them with cleaved --dataset/--dataset-dir/--shard/--limit-train");
     finish_train_flags(*flags);
     try {
       o->validate();
     } catch (const std::exception& e) {
-      throw CliError(e.what());
+      throw UsageError(e.what());
+    }
+    // A --cut / --cut-back the model cannot take is a bad flag: refused before
+    // anything listens (an unreadable model file stays a run failure).
+    if (cmd->get_option("--cut")->count() > 0 || cmd->get_option("--cut-back")->count() > 0) {
+      const ModelSpec spec = ModelSpec::load(flags->config.model_path);
+      try {
+        (void)make_split_layout(spec, o->cut, o->cut_back, o->labels == "client");
+      } catch (const std::invalid_argument& e) {
+        throw UsageError(e.what());
+      }
     }
     prepare_coordinator(*o, "cleave split");
     nlohmann::json result = train_split(flags->config, *o);

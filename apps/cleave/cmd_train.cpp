@@ -6,6 +6,7 @@
 #include "apps/cleave/commands.h"
 #include "apps/cleave/coordinator_flags.h"
 #include "apps/cleave/train_flags.h"
+#include "apps/flag_checks.h"
 #include "core/runtime/coordinator/pipeline.h"
 #include "core/train/local_trainer.h"
 
@@ -18,11 +19,13 @@ void add_train_command(CLI::App& root) {
   cmd->add_flag("--local", *local, "Train in this process, on this machine's device");
   add_train_flags(*cmd, *flags);
   cmd->add_option("--save", flags->config.save_path, "Write a checkpoint (weights + optimizer state) here, atomically");
-  cmd->add_option("--save-every", flags->config.save_every, "Also checkpoint every N steps");
+  cmd->add_option("--save-every", flags->config.save_every, "Also checkpoint every N steps")
+      ->check(flag_checks::positive());
   cmd->add_option("--load", flags->config.load_path, "Resume from a checkpoint written by --save");
   cmd->add_option("--init", flags->config.init_path, "Start from weights in a safetensors file (PyTorch layout)");
   auto cluster = std::make_shared<ClusterOptions>();
-  cmd->add_option("--devices", cluster->devices, "Pipeline: number of cleaved daemons to wait for")->capture_default_str();
+  cmd->add_option("--devices", cluster->devices, "Pipeline: number of cleaved daemons to wait for")->capture_default_str()
+      ->check(flag_checks::positive());
   add_coordinator_flags(*cmd, *cluster, "device", "Pipeline: ");
   cmd->add_option("--schedule", cluster->schedule, "Pipeline: gpipe | 1f1b")->capture_default_str()
       ->check(CLI::IsMember({"gpipe", "1f1b"}));
@@ -30,7 +33,7 @@ void add_train_command(CLI::App& root) {
       ->capture_default_str()->check(CLI::IsMember({"f32", "f16", "int8"}));
   cmd->add_option("--trace", cluster->trace_path, "Pipeline: write a Chrome trace (Perfetto / chrome://tracing) here");
   cmd->add_option("--peer-timeout", cluster->peer_timeout_ms, "Pipeline: a device silent this many ms is declared dead")
-      ->capture_default_str();
+      ->capture_default_str()->check(flag_checks::positive());
   cmd->add_option("--planner", cluster->planner,
                   "Pipeline: auto (profile devices and links, plan stages) | balance (even split over all devices)")
       ->capture_default_str()->check(CLI::IsMember({"auto", "balance"}));

@@ -13,6 +13,7 @@
 
 #include "apps/cleave/commands.h"
 #include "apps/common/processes.h"
+#include "apps/flag_checks.h"
 
 namespace cleave {
 
@@ -25,17 +26,18 @@ void add_coordinator_flags(CLI::App& cmd, Options& o, const std::string& daemon,
   cmd.add_option("--allow", o.allow_path, prefix + "Directory of admitted " + daemon + " .pub files (or one key file)");
   cmd.add_option("--listen", o.listen, prefix + "Where the " + daemon + "s dial in")->capture_default_str();
   cmd.add_option("--register-timeout", o.register_timeout_ms, prefix + "ms to wait for the " + daemon + "s")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(flag_checks::positive());
   cmd.add_flag("--insecure", o.insecure, prefix + "Plain TCP without CURVE (logs a warning)");
 }
 
-// Before the coordinator starts: throws CliError "`who` needs --key and
+// Before the coordinator starts: throws UsageError "`who` needs --key and
 // --allow (or --insecure)`hint`" when they are missing, warns about
 // --insecure, and lets Ctrl-C stop the run cleanly.
 template <class Options>
 void prepare_coordinator(Options& o, const std::string& who, const std::string& hint = "") {
   if (!o.insecure && (o.key_path.empty() || o.allow_path.empty()))
-    throw CliError(who + " needs --key and --allow (or --insecure)" + hint);
+    throw UsageError(who + " needs --key and --allow (or --insecure)" + hint);
   if (o.insecure) std::fprintf(stderr, "cleave: WARNING: --insecure: links are not encrypted or authenticated\n");
   install_interrupt_handler();
   o.interrupted = interrupted;

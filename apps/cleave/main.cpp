@@ -1,25 +1,69 @@
 // cleave: the coordinator CLI. Thin: every command lives in cmd_*.cpp over the libraries.
 #include <cstdio>
 #include <exception>
+#include <string>
 
 #include "apps/cleave/commands.h"
 #include "device/cpu/openmp_policy.h"
+
+namespace {
+
+// "cleave: error: WHAT\nRun `cleave SUB --help` for the flags.\n", naming the
+// subcommand that was being parsed.
+std::string usage_error(const CLI::App& root, const char* what) {
+  std::string cmd = "cleave";
+  for (const CLI::App* sub : root.get_subcommands()) {
+    cmd += ' ';
+    cmd += sub->get_name();
+  }
+  std::string msg = "cleave: error: ";
+  msg += what;
+  msg += "\nRun `";
+  msg += cmd;
+  msg += " --help` for the flags.\n";
+  return msg;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   cleave::prefer_passive_openmp(argv);
   CLI::App app{"cleave: train one neural network across several small devices"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "cleave 0.1.0");
+  // Bad command lines: "cleave: error: WHAT" and where to find the flags.
+  app.failure_message([](const CLI::App* root, const CLI::Error& e) { return usage_error(*root, e.what()); });
 #define CLEAVE_COMMAND(name) cleave::add_##name##_command(app);
 #include "apps/cleave/command_list.inc"
 #undef CLEAVE_COMMAND
+  // CLI11 answers an unknown command with "A subcommand is required": name it.
+  if (argc > 1 && argv[1][0] != '-') {
+    std::string known;
+    bool found = false;
+    for (const CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) {
+      found = found || sub->get_name() == argv[1];
+      if (!known.empty()) known += ", ";
+      known += sub->get_name();
+    }
+    if (!found) {
+      const std::string what = std::string("unknown command '") + argv[1] + "' (commands: " + known + ")";
+      std::fputs(usage_error(app, what.c_str()).c_str(), stderr);
+      return cleave::kExitUsage;
+    }
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    // --help and --version are "errors" with exit code 0; everything else CLI11
+    // refuses is a bad command line (CLI11's own codes are 101-1xx).
+    const int code = app.exit(e);
+    return code == 0 ? 0 : cleave::kExitUsage;
+  } catch (const cleave::UsageError& e) {
+    std::fputs(usage_error(app, e.what()).c_str(), stderr);
+    return cleave::kExitUsage;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "cleave: error: %s\n", e.what());
-    return 1;
+    return cleave::kExitFailure;
   }
   return 0;
 }

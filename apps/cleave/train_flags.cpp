@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "apps/cleave/commands.h"
+#include "apps/flag_checks.h"
 #include "core/io/json_file.h"
 
 namespace cleave {
@@ -19,11 +20,11 @@ void add_train_flags(CLI::App& cmd, TrainFlags& f) {
       ->capture_default_str();
   cmd.add_option("--dataset-dir", c.dataset_dir,
                  "Where Fashion-MNIST lives (default: $CLEAVE_DATA_DIR or /usr/share/datasets/fashion-mnist)");
-  cmd.add_option("--epochs", c.epochs, "Passes over the training set")->capture_default_str()->check(CLI::PositiveNumber);
-  cmd.add_option("--batch", c.batch, "Samples per optimizer step")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd.add_option("--epochs", c.epochs, "Passes over the training set")->capture_default_str()->check(flag_checks::positive());
+  cmd.add_option("--batch", c.batch, "Samples per optimizer step")->capture_default_str()->check(flag_checks::positive());
   cmd.add_option("--optimizer", o.kind, "sgd | adam | adamw")->capture_default_str()
       ->check(CLI::IsMember({"sgd", "adam", "adamw"}));
-  cmd.add_option("--lr", o.lr, "Learning rate")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd.add_option("--lr", o.lr, "Learning rate")->capture_default_str()->check(flag_checks::positive());
   cmd.add_option("--momentum", o.momentum, "SGD momentum (explicit; default 0)")->capture_default_str();
   cmd.add_flag("--nesterov", o.nesterov, "SGD with Nesterov momentum");
   f.weight_decay = cmd.add_option("--weight-decay", o.weight_decay,
@@ -38,14 +39,15 @@ void add_train_flags(CLI::App& cmd, TrainFlags& f) {
   cmd.add_option("--warmup-steps", o.warmup_steps, "cosine schedule: linear warm-up steps")->capture_default_str();
   cmd.add_option("--min-lr", o.min_lr, "cosine schedule: final learning rate")->capture_default_str();
   cmd.add_option("--seed", c.seed, "Seed for initialisation, shuffling and dropout")->capture_default_str();
-  cmd.add_option("--limit-train", c.limit_train, "Train on the first N samples only")->check(CLI::PositiveNumber);
-  cmd.add_option("--limit-test", c.limit_test, "Test on the first N samples only")->check(CLI::PositiveNumber);
-  cmd.add_option("--max-steps", c.max_steps, "Stop after N optimizer steps in total")->check(CLI::NonNegativeNumber);
+  cmd.add_option("--limit-train", c.limit_train, "Train on the first N samples only")->check(flag_checks::positive());
+  cmd.add_option("--limit-test", c.limit_test, "Test on the first N samples only")->check(flag_checks::positive());
+  cmd.add_option("--max-steps", c.max_steps, "Stop after N optimizer steps in total")->check(flag_checks::non_negative());
   cmd.add_option("--microbatches", c.microbatches, "Micro-batches per batch (gradients are accumulated)")
-      ->capture_default_str()->check(CLI::PositiveNumber);
+      ->capture_default_str()->check(flag_checks::positive());
   cmd.add_option("--backend", c.backend, "auto | cpu | opencl | cuda")->capture_default_str()
       ->check(CLI::IsMember({"auto", "cpu", "opencl", "cuda"}));
-  cmd.add_option("--threads", c.threads, "CPU threads (0 = all cores)")->capture_default_str();
+  cmd.add_option("--threads", c.threads, "CPU threads (0 = all cores)")->capture_default_str()
+      ->check(flag_checks::non_negative());
   cmd.add_option("--json", f.json_path, "Write the run's results as JSON to this file");
   cmd.add_flag("--no-progress", f.no_progress, "Do not draw the progress bar");
 }
@@ -56,7 +58,7 @@ void finish_train_flags(TrainFlags& f) {
   try {
     f.config.optimizer.validate();
   } catch (const std::exception& e) {
-    throw CliError(e.what());
+    throw UsageError(e.what());
   }
 }
 

@@ -26,7 +26,7 @@ struct TrainFlags {
 // --no-progress to `cmd`.
 void add_train_flags(CLI::App& cmd, TrainFlags& flags);
 // Applies defaults that depend on other flags (AdamW's weight decay) and
-// validates; throws CliError.
+// validates; throws UsageError.
 void finish_train_flags(TrainFlags& flags);
 // Writes a command's result `doc` to `path` (core/io/json_file.h: pretty,
 // atomic); "" does nothing. Throws CliError naming the file.

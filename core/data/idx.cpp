@@ -137,7 +137,10 @@ IdxHeader read_header(GzReader& in, const std::string& path, int min_rank, int m
 
 std::string sample_dims_str(const std::vector<int64_t>& dims) {
   std::string s;
-  for (size_t i = 1; i < dims.size(); ++i) s += (i > 1 ? "x" : "") + std::to_string(dims[i]);
+  for (size_t i = 1; i < dims.size(); ++i) {
+    if (i > 1) s += 'x';
+    s += std::to_string(dims[i]);
+  }
   return s;
 }
 

@@ -62,7 +62,8 @@ AggregateResult aggregate(FedStrategy strategy, const std::vector<ClientUpdate>&
     for (size_t i = 0; i < expected_size; ++i) r.params[i] = static_cast<float>(acc[i]);
     return r;
   }
-  if (trim_fraction < 0 || trim_fraction >= 0.5)
+  // Written so that NaN fails too (it compares false with everything).
+  if (strategy == FedStrategy::trimmed_mean && !(trim_fraction >= 0 && trim_fraction < 0.5))
     throw std::invalid_argument("trim fraction must be in [0, 0.5), got " + std::to_string(trim_fraction));
   const size_t cut = strategy == FedStrategy::trimmed_mean ? static_cast<size_t>(std::floor(trim_fraction * k)) : 0;
   std::vector<float> column(k);
@@ -70,7 +71,10 @@ AggregateResult aggregate(FedStrategy strategy, const std::vector<ClientUpdate>&
     for (size_t c = 0; c < k; ++c) column[c] = ok[c]->params[i];
     std::sort(column.begin(), column.end());
     if (strategy == FedStrategy::median) {
-      r.params[i] = k % 2 ? column[k / 2] : 0.5f * (column[k / 2 - 1] + column[k / 2]);
+      // The middle pair is added in double: two finite values near FLT_MAX
+      // would overflow to inf as a float sum.
+      r.params[i] = k % 2 ? column[k / 2]
+                          : static_cast<float>(0.5 * (static_cast<double>(column[k / 2 - 1]) + column[k / 2]));
     } else {
       double s = 0;
       for (size_t c = cut; c < k - cut; ++c) s += column[c];

@@ -35,8 +35,9 @@ struct AggregateResult {
 };
 
 // Aggregates the acceptable updates. `trim_fraction` is the share cut from each
-// end per coordinate for trimmed_mean (e.g. 0.1). Throws std::runtime_error when
-// no update is acceptable.
+// end per coordinate for trimmed_mean (e.g. 0.1; other strategies ignore it).
+// Throws std::runtime_error when no update is acceptable, std::invalid_argument
+// for a trimmed_mean trim fraction outside [0, 0.5).
 AggregateResult aggregate(FedStrategy strategy, const std::vector<ClientUpdate>& updates, size_t expected_size,
                           double trim_fraction = 0.1);
 

@@ -43,7 +43,16 @@ struct Parsed {
   std::map<std::string, std::string> metadata;
 };
 
-std::string range_str(uint64_t b, uint64_t e) { return "[" + std::to_string(b) + ", " + std::to_string(e) + ")"; }
+// Appended piece by piece: `"[" + std::to_string(...)` trips GCC 12's false
+// -Wrestrict on operator+(const char*, string&&) (GCC bug 105329).
+std::string range_str(uint64_t b, uint64_t e) {
+  std::string s = "[";
+  s += std::to_string(b);
+  s += ", ";
+  s += std::to_string(e);
+  s += ')';
+  return s;
+}
 
 Parsed parse_header(const InputFile& f) {
   const std::string& path = f.path();

@@ -16,7 +16,14 @@ namespace cleave {
 namespace {
 
 std::string range_str(int begin, int end) {
-  return "[" + std::to_string(begin) + ", " + std::to_string(end) + ")";
+  // Appended piece by piece: `"[" + std::to_string(...)` trips GCC 12's false
+  // -Wrestrict on operator+(const char*, string&&) (GCC bug 105329).
+  std::string s = "[";
+  s += std::to_string(begin);
+  s += ", ";
+  s += std::to_string(end);
+  s += ')';
+  return s;
 }
 
 }  // namespace

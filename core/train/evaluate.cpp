@@ -2,12 +2,15 @@
 #include "core/train/evaluate.h"
 
 #include <algorithm>
+#include <stdexcept>
+#include <string>
 
 #include "core/nn/loss.h"
 
 namespace cleave {
 
 EvalResult evaluate(Partition& model, const Dataset& data, int64_t batch) {
+  if (batch <= 0) throw std::invalid_argument("evaluation batch must be positive, got " + std::to_string(batch));
   EvalResult r;
   Device& dev = model.device();
   const Shape in = model.input_shape();

@@ -15,7 +15,8 @@ struct EvalResult {
 };
 
 // Runs `model` (which must hold the whole model) over `data` in batches of
-// `batch`, without keeping activations for backward.
+// `batch`, without keeping activations for backward. Throws
+// std::invalid_argument for batch <= 0.
 EvalResult evaluate(Partition& model, const Dataset& data, int64_t batch);
 
 }  // namespace cleave

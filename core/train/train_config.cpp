@@ -17,6 +17,9 @@ int64_t microbatch_offset(int64_t batch, int microbatches, int index) {
   if (microbatches < 1 || microbatches > batch)
     throw std::invalid_argument("cannot split a batch of " + std::to_string(batch) + " samples into " +
                                 std::to_string(microbatches) + " micro-batches");
+  if (index < 0 || index > microbatches)
+    throw std::invalid_argument("micro-batch offset " + std::to_string(index) + " is outside [0, " +
+                                std::to_string(microbatches) + "]");
   return batch * index / microbatches;
 }
 

@@ -37,7 +37,7 @@ struct TrainConfig {
 
 // Splits a batch of `batch` samples into `microbatches` near-equal parts:
 // part i covers [offset(i), offset(i+1)). Throws std::invalid_argument when
-// microbatches < 1 or > batch.
+// microbatches < 1 or > batch, or index is outside [0, microbatches].
 int64_t microbatch_offset(int64_t batch, int microbatches, int index);
 
 }  // namespace cleave

@@ -1,4 +1,5 @@
-// test_cli.cpp: end-to-end tests of `cleave train --local` and `cleave export`.
+// test_cli.cpp: end-to-end tests of `cleave train --local`, `cleave export` and
+// `cleave split`'s flag checks (the other commands: test_commands.cpp).
 //
 // Each test runs the real `cleave` binary (built next to this test) on a small
 // slice of Fashion-MNIST, with its output captured, in a fresh temporary
@@ -7,90 +8,25 @@
 // boundary and mid-epoch), refusal of damaged checkpoints and other bad input
 // with clear errors, safetensors export / --init round trips, and SGD with
 // momentum.
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <string>
 #include <vector>
 
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
+#include "apps/cli_util.h"
 #include "core/io/safetensors.h"
 #include "core/io/state_dict.h"
 #include "core/model/model_spec.h"
 #include "core/train/train_checkpoint.h"
+#include "skip.h"
 
-namespace fs = std::filesystem;
+using namespace cleave::cli_test;
 
 namespace {
-
-const std::string kCleave = CLEAVE_BINARY_DIR "/apps/cleave/cleave";
-const std::string kMlp = CLEAVE_SOURCE_DIR "/models/mlp.json";
-const std::string kCnn = CLEAVE_SOURCE_DIR "/models/cnn.json";
-
-struct RunResult {
-  int code = -1;       // exit status, or 128 + signal
-  std::string output;  // stdout and stderr together
-};
-
-// Runs `cleave ARGS` and captures its output and exit status.
-RunResult run_cleave(const std::string& args) {
-  const std::string cmd = "'" + kCleave + "' " + args + " 2>&1";
-  FILE* pipe = popen(cmd.c_str(), "r");
-  REQUIRE(pipe != nullptr);
-  RunResult r;
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, pipe)) > 0) r.output.append(buf, n);
-  const int status = pclose(pipe);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
-  return r;
-}
-
-// A fresh directory under the system temp dir, removed with everything in it.
-class TempDir {
- public:
-  TempDir() {
-    static int counter = 0;
-    path_ = fs::temp_directory_path() /
-            ("cleave-cli-" + std::to_string(getpid()) + "-" + std::to_string(counter++));
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  fs::path path_;
-};
-
-nlohmann::json read_json(const std::string& path) {
-  std::ifstream in(path);
-  REQUIRE(in.good());
-  return nlohmann::json::parse(in);
-}
-
-void write_text(const std::string& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary);
-  out << text;
-  REQUIRE(out.good());
-}
-
-std::string read_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
 
 // A training command on a small slice: 512 train samples in batches of `batch`
 // (16 steps per epoch for 32), 256 test samples, one thread, no progress bar.
@@ -121,18 +57,6 @@ void require_same_losses(const std::vector<double>& a, const std::vector<double>
   }
 }
 
-// Expects a failing run whose message contains every string in `needles`.
-void require_error(const std::string& args, const std::vector<std::string>& needles) {
-  RunResult r = run_cleave(args);
-  INFO("cleave " << args << "\n" << r.output);
-  REQUIRE(r.code != 0);
-  REQUIRE(r.code < 128);  // an error exit, not a crash
-  for (const auto& n : needles) {
-    INFO("expected in the message: " << n);
-    CHECK(r.output.find(n) != std::string::npos);
-  }
-}
-
 // A small model (conv with stride and padding, dropout) so that the tests that start
 // many runs stay fast; it goes through the same trainer as models/*.json.
 std::string write_small_model(const TempDir& dir) {
@@ -149,12 +73,6 @@ std::string write_small_model(const TempDir& dir) {
       {"type": "linear", "out_features": 10}
     ]})");
   return path;
-}
-
-bool have_fashion_mnist() {
-  const char* env = std::getenv("CLEAVE_DATA_DIR");
-  const std::string dir = env ? env : "/usr/share/datasets/fashion-mnist";
-  return fs::exists(dir + "/train-images-idx3-ubyte.gz") || fs::exists(dir + "/train-images-idx3-ubyte");
 }
 
 }  // namespace
@@ -178,7 +96,7 @@ TEST_CASE("cleave train --help documents every flag", "[cli]") {
 }
 
 TEST_CASE("cleave train --local writes the result JSON", "[cli]") {
-  REQUIRE(have_fashion_mnist());
+  CLEAVE_SKIP_UNLESS_FASHION_MNIST();
   TempDir dir;
   nlohmann::json j = train_ok(dir, small_train(kMlp, "--epochs 2 --seed 3"));
   CHECK(j.at("mode") == "local");
@@ -200,7 +118,7 @@ TEST_CASE("cleave train --local writes the result JSON", "[cli]") {
 }
 
 TEST_CASE("cleave train: the same seed gives the same losses, another seed differs", "[cli]") {
-  REQUIRE(have_fashion_mnist());
+  CLEAVE_SKIP_UNLESS_FASHION_MNIST();
   TempDir dir;
   const std::string small = write_small_model(dir);
   const auto a = losses_of(train_ok(dir, small_train(small, "--epochs 1 --seed 7")));
@@ -214,7 +132,7 @@ TEST_CASE("cleave train: the same seed gives the same losses, another seed diffe
 }
 
 TEST_CASE("cleave train: resuming from a checkpoint gives the uninterrupted run's losses", "[cli]") {
-  REQUIRE(have_fashion_mnist());
+  CLEAVE_SKIP_UNLESS_FASHION_MNIST();
   TempDir dir;
   const std::string small = write_small_model(dir);
   const std::string ck = dir.file("run.ck");
@@ -262,7 +180,7 @@ TEST_CASE("cleave train: resuming from a checkpoint gives the uninterrupted run'
 }
 
 TEST_CASE("cleave train refuses damaged checkpoints and bad input with clear errors", "[cli]") {
-  REQUIRE(have_fashion_mnist());
+  CLEAVE_SKIP_UNLESS_FASHION_MNIST();
   TempDir dir;
   const std::string small = write_small_model(dir);
   const std::string ck = dir.file("good.ck");
@@ -273,8 +191,8 @@ TEST_CASE("cleave train refuses damaged checkpoints and bad input with clear err
   SECTION("truncated checkpoint") {
     const std::string bad = dir.file("truncated.ck");
     write_text(bad, bytes.substr(0, bytes.size() / 2));
-    require_error(small_train(small, "--epochs 1 --load '" + bad + "'"), {bad});
-    require_error("export --checkpoint '" + bad + "' --out '" + dir.file("w.safetensors") + "'", {bad});
+    require_failure(small_train(small, "--epochs 1 --load '" + bad + "'"), {bad});
+    require_failure("export --checkpoint '" + bad + "' --out '" + dir.file("w.safetensors") + "'", {bad});
     CHECK_FALSE(fs::exists(dir.file("w.safetensors")));
   }
   SECTION("checkpoint with one flipped byte in the weights") {
@@ -282,61 +200,61 @@ TEST_CASE("cleave train refuses damaged checkpoints and bad input with clear err
     std::string copy = bytes;
     copy[copy.size() - 1000] = static_cast<char>(copy[copy.size() - 1000] ^ 0x10);
     write_text(bad, copy);
-    require_error(small_train(small, "--epochs 1 --load '" + bad + "'"), {bad});
+    require_failure(small_train(small, "--epochs 1 --load '" + bad + "'"), {bad});
   }
   SECTION("empty and non-checkpoint files") {
     const std::string empty = dir.file("empty.ck");
     write_text(empty, "");
-    require_error(small_train(small, "--epochs 1 --load '" + empty + "'"), {empty});
+    require_failure(small_train(small, "--epochs 1 --load '" + empty + "'"), {empty});
     const std::string text = dir.file("text.ck");
     write_text(text, "this is not a checkpoint, just some text that is long enough to have a header\n");
-    require_error(small_train(small, "--epochs 1 --load '" + text + "'"), {text});
+    require_failure(small_train(small, "--epochs 1 --load '" + text + "'"), {text});
   }
   SECTION("missing checkpoint") {
     const std::string missing = dir.file("missing.ck");
-    require_error(small_train(small, "--epochs 1 --load '" + missing + "'"), {missing});
+    require_failure(small_train(small, "--epochs 1 --load '" + missing + "'"), {missing});
   }
   SECTION("checkpoint of another model or batch size") {
-    require_error(small_train(kCnn, "--epochs 1 --load '" + ck + "'"), {ck, "different model"});
-    require_error(small_train(small, "--epochs 1 --load '" + ck + "'", "16"), {ck, "--batch"});
+    require_failure(small_train(kCnn, "--epochs 1 --load '" + ck + "'"), {ck, "different model"});
+    require_failure(small_train(small, "--epochs 1 --load '" + ck + "'", "16"), {ck, "--batch"});
   }
   SECTION("missing model file") {
     const std::string missing = dir.file("nope.json");
-    require_error(small_train(missing, "--epochs 1"), {missing});
+    require_failure(small_train(missing, "--epochs 1"), {missing});
   }
   SECTION("malformed model JSON") {
     const std::string syntax = dir.file("syntax.json");
     write_text(syntax, "{\"name\": \"m\", \"input\": [1, 28, 28], \"layers\": [");
-    require_error(small_train(syntax, "--epochs 1"), {syntax, "JSON"});
+    require_failure(small_train(syntax, "--epochs 1"), {syntax, "JSON"});
     const std::string bad_layer = dir.file("bad_layer.json");
     write_text(bad_layer,
                R"({"name": "m", "input": [1, 28, 28], "loss": "cross_entropy", "layers": [
                     {"type": "flatten"}, {"type": "linear", "out_features": 10}, {"type": "linaer"}]})");
-    require_error(small_train(bad_layer, "--epochs 1"), {bad_layer, "layer 2", "linaer"});
+    require_failure(small_train(bad_layer, "--epochs 1"), {bad_layer, "layer 2", "linaer"});
     const std::string bad_field = dir.file("bad_field.json");
     write_text(bad_field,
                R"({"name": "m", "input": [1, 28, 28], "loss": "cross_entropy", "layers": [
                     {"type": "flatten"}, {"type": "linear", "out_features": -3}]})");
-    require_error(small_train(bad_field, "--epochs 1"), {bad_field, "layer 1", "out_features"});
+    require_failure(small_train(bad_field, "--epochs 1"), {bad_field, "layer 1", "out_features"});
   }
   SECTION("missing dataset directory") {
-    require_error(small_train(small, "--epochs 1 --dataset-dir /nonexistent/fmnist"),
+    require_failure(small_train(small, "--epochs 1 --dataset-dir /nonexistent/fmnist"),
                   {"/nonexistent/fmnist", "apt-get install dataset-fashion-mnist", "--dataset-dir"});
   }
   SECTION("--nesterov without momentum") {
-    require_error(small_train(small, "--epochs 1 --nesterov", "32", "sgd --lr 0.01"), {"nesterov", "momentum"});
+    require_usage_error(small_train(small, "--epochs 1 --nesterov", "32", "sgd --lr 0.01"), {"nesterov", "momentum"});
   }
   SECTION("--init with weights of another model") {
     const std::string w = dir.file("mlp.safetensors");
     RunResult e = run_cleave("export --checkpoint '" + ck + "' --out '" + w + "'");
     INFO(e.output);
     REQUIRE(e.code == 0);
-    require_error(small_train(kCnn, "--epochs 1 --init '" + w + "'"), {w});
+    require_failure(small_train(kCnn, "--epochs 1 --init '" + w + "'"), {w});
   }
 }
 
 TEST_CASE("cleave export writes PyTorch-named safetensors that --init trains from", "[cli]") {
-  REQUIRE(have_fashion_mnist());
+  CLEAVE_SKIP_UNLESS_FASHION_MNIST();
   TempDir dir;
   const std::string ck = dir.file("cnn.ck");
   const std::string w = dir.file("cnn.safetensors");
@@ -404,7 +322,7 @@ TEST_CASE("cleave export writes PyTorch-named safetensors that --init trains fro
 }
 
 TEST_CASE("cleave train --optimizer sgd --momentum 0.9 trains", "[cli]") {
-  REQUIRE(have_fashion_mnist());
+  CLEAVE_SKIP_UNLESS_FASHION_MNIST();
   TempDir dir;
   const std::string base = "train --local --model '" + kMlp +
                            "' --dataset fashion-mnist --limit-train 512 --limit-test 256 --batch 32 --threads 1"
@@ -440,12 +358,12 @@ TEST_CASE("cleave split documents its flags and refuses data flags and bad layou
     CHECK(h.output.find(std::string(flag) + " ") != std::string::npos);
   }
   // The clients own the data: data flags belong on cleaved.
-  require_error("split --model '" + kCnn + "' --insecure --limit-train 100", {"--limit-train", "cleaved"});
-  require_error("split --model '" + kCnn + "' --insecure --dataset fashion-mnist", {"--dataset", "cleaved"});
-  require_error("split --model '" + kCnn + "' --insecure --labels both", {"--labels"});
-  require_error("split --model '" + kCnn + "' --insecure --cut-back 8", {"--cut-back", "--labels client"});
-  require_error("split --model '" + kCnn + "'", {"--key", "--allow"});
+  require_usage_error("split --model '" + kCnn + "' --insecure --limit-train 100", {"--limit-train", "cleaved"});
+  require_usage_error("split --model '" + kCnn + "' --insecure --dataset fashion-mnist", {"--dataset", "cleaved"});
+  require_usage_error("split --model '" + kCnn + "' --insecure --labels both", {"--labels"});
+  require_usage_error("split --model '" + kCnn + "' --insecure --cut-back 8", {"--cut-back", "--labels client"});
+  require_usage_error("split --model '" + kCnn + "'", {"--key", "--allow"});
   // An impossible cut is refused before anything listens or waits.
-  require_error("split --model '" + kCnn + "' --insecure --listen tcp://127.0.0.1:* --cut 10 --register-timeout 60000",
+  require_usage_error("split --model '" + kCnn + "' --insecure --listen tcp://127.0.0.1:* --cut 10 --register-timeout 60000",
                 {"--cut 10", "[1, 9]"});
 }

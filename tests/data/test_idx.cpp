@@ -13,6 +13,7 @@
 
 #include "core/data/dataset.h"
 #include "data/fixtures.h"
+#include "skip.h"
 
 using namespace cleave;
 using cleave::test::idx_bytes;
@@ -23,8 +24,6 @@ using cleave::test::write_bytes;
 using Catch::Matchers::Contains;
 
 namespace {
-
-const char* const kFashionDir = "/usr/share/datasets/fashion-mnist";
 
 // Writes images (n, rows, cols) and labels (n) to dir, gz or not; returns the paths.
 std::pair<std::string, std::string> write_pair(const TempDir& dir, const std::string& prefix, uint32_t n, uint32_t rows,
@@ -46,13 +45,8 @@ std::string error_of(const std::function<void()>& f) {
   return "(no error)";
 }
 
-bool have_fashion() {
-  return std::filesystem::exists(std::string(kFashionDir) + "/train-images-idx3-ubyte.gz") ||
-         std::filesystem::exists(std::string(kFashionDir) + "/train-images-idx3-ubyte");
-}
-
 const Dataset& fashion_train() {
-  static const Dataset d = load_fashion_mnist(kFashionDir, true);
+  static const Dataset d = load_fashion_mnist("", true);  // the default lookup, as CLEAVE_SKIP_UNLESS_FASHION_MNIST
   return d;
 }
 
@@ -269,10 +263,7 @@ TEST_CASE("fashion-mnist: lookup order and the not-found message", "[data][fashi
 }
 
 TEST_CASE("fashion-mnist: the real train split", "[data][fashion]") {
-  if (!have_fashion()) {
-    WARN("Fashion-MNIST is not installed in " << kFashionDir << " (apt-get install dataset-fashion-mnist): skipped");
-    return;
-  }
+  CLEAVE_SKIP_UNLESS_FASHION_MNIST();
   const Dataset& d = fashion_train();
   CHECK(d.size() == 60000);
   CHECK(d.sample_shape == Shape{1, 28, 28});
@@ -292,11 +283,8 @@ TEST_CASE("fashion-mnist: the real train split", "[data][fashion]") {
 }
 
 TEST_CASE("fashion-mnist: the real test split and limit", "[data][fashion]") {
-  if (!have_fashion()) {
-    WARN("Fashion-MNIST is not installed in " << kFashionDir << " (apt-get install dataset-fashion-mnist): skipped");
-    return;
-  }
-  const Dataset t = load_dataset("fashion-mnist", kFashionDir, false, -1);
+  CLEAVE_SKIP_UNLESS_FASHION_MNIST();
+  const Dataset t = load_dataset("fashion-mnist", "", false, -1);
   CHECK(t.size() == 10000);
   CHECK(t.name == "fashion-mnist/test");
   std::vector<int> hist(10, 0);
@@ -306,7 +294,7 @@ TEST_CASE("fashion-mnist: the real test split and limit", "[data][fashion]") {
   CHECK(pixel_sum(t, 0) * 255.0 == Approx(33456.0).epsilon(1e-6));
   CHECK(t.x[14 * 28 + 14] * 255.0f == Approx(110.0f));
 
-  const Dataset head = load_fashion_mnist(kFashionDir, true, 100);
+  const Dataset head = load_fashion_mnist("", true, 100);
   const Dataset& full = fashion_train();
   CHECK(head.size() == 100);
   CHECK(head.x == std::vector<float>(full.x.begin(), full.x.begin() + 100 * 784));

@@ -1,9 +1,9 @@
 // test_cuda_parity.cpp: the CUDA backend, op by op, forward and backward, against
 // the CPU backend (the ground truth) on random inputs and shapes, odd sizes included.
 //
-// Tests tagged [cuda] need a usable NVIDIA GPU: where none can be opened they WARN
-// with the reason and return (skip). "open_device cuda without GPU gives a clear
-// error" runs everywhere and checks the no-GPU path itself.
+// Tests tagged [cuda] need a usable NVIDIA GPU: where none can be opened they skip
+// with the reason (CLEAVE_SKIP, tests/skip.h: "Skipped" in CTest). "open_device
+// cuda without GPU gives a clear error" runs everywhere and checks the no-GPU path itself.
 //
 // Every comparison prints one line to stdout,
 //   PARITY <op> max_err <e> tol <t> pass|FAIL
@@ -35,6 +35,7 @@
 
 #include "device/device.h"
 #include "device/tensor.h"
+#include "skip.h"
 
 using namespace cleave;
 
@@ -67,13 +68,10 @@ Backends& backends() {
   return b;
 }
 
-// Evaluates to the Backends, or WARNs and returns from the test when there is no GPU.
+// Evaluates to the Backends, or skips the test (tests/skip.h) when there is no GPU.
 #define CUDA_OR_SKIP(b)                                                         \
   Backends& b = backends();                                                     \
-  if (!(b).gpu) {                                                               \
-    WARN("skipping CUDA parity test: " << (b).why);                             \
-    return;                                                                     \
-  }
+  if (!(b).gpu) CLEAVE_SKIP("no CUDA device: " << (b).why)
 
 enum class Side { cpu, gpu };
 

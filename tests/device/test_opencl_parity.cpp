@@ -16,7 +16,7 @@
 //                         layernorm dgamma/dbeta, sum_squares
 //   gemm (1e-5, 2e-6 * k * max|a| * max|b|)
 //
-// When no OpenCL device can be opened every test warns and returns (skip). The
+// When no OpenCL device can be opened every test skips (CLEAVE_SKIP: "Skipped" in CTest). The
 // device is opened once per process (a function-local static) with its program
 // cache in the build tree, so only the very first run compiles the kernels.
 #include <catch2/catch.hpp>
@@ -37,6 +37,7 @@
 #include "device/opencl/opencl_device.h"
 #include "device/opencl/program_cache.h"
 #include "device/tensor.h"
+#include "skip.h"
 
 using namespace cleave;
 
@@ -88,8 +89,7 @@ bool opencl_absent(const std::string& why) {
   Devices& devs = devices();                                                     \
   if (!devs.cl) {                                                                \
     if (!opencl_absent(devs.skip_reason)) FAIL(devs.skip_reason);                \
-    WARN("skipping: no OpenCL device could be opened: " << devs.skip_reason);    \
-    return;                                                                      \
+    CLEAVE_SKIP("no OpenCL device could be opened: " << devs.skip_reason);       \
   }                                                                              \
   Device& cpu = *devs.cpu;                                                       \
   OpenclDevice& cl = *devs.cl;                                                   \

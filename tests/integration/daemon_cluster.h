@@ -1,5 +1,6 @@
 // daemon_cluster.h: test fixture that creates keys and starts real cleaved
-// processes against a coordinator running in the test process.
+// processes against a coordinator running in the test process. Tests that
+// need Fashion-MNIST skip without it: CLEAVE_SKIP_UNLESS_FASHION_MNIST (tests/skip.h).
 #pragma once
 
 #include <sys/types.h>
@@ -15,17 +16,6 @@
 #include "transport/keys.h"
 
 namespace cleave::testing {
-
-// True when Fashion-MNIST is where load_dataset looks for it; tests that need
-// it skip (with a WARN) otherwise.
-inline bool fashion_mnist_installed() {
-  try {
-    find_fashion_mnist("");
-    return true;
-  } catch (...) {
-    return false;
-  }
-}
 
 class DaemonCluster {
  public:

@@ -25,6 +25,7 @@
 #include "core/train/train_checkpoint.h"
 #include "device/device.h"
 #include "integration/daemon_cluster.h"
+#include "skip.h"
 
 using namespace cleave;
 using cleave::testing::DaemonCluster;
@@ -110,10 +111,7 @@ TEST_CASE("fed options are validated", "[fed]") {
 
 TEST_CASE("IID FedAvg over 3 client daemons learns and only weights and metrics leave a client",
           "[integration][fed]") {
-  if (!cleave::testing::fashion_mnist_installed()) {
-    WARN("Fashion-MNIST not installed: skipping");
-    return;
-  }
+  CLEAVE_SKIP_UNLESS_FASHION_MNIST();
   const int n = 3;
   const int64_t limit = 3000;
   DaemonCluster cluster(n);
@@ -166,10 +164,7 @@ TEST_CASE("IID FedAvg over 3 client daemons learns and only weights and metrics 
 }
 
 TEST_CASE("Dirichlet(0.5) non-IID FedAvg over 4 client daemons learns", "[integration][fed]") {
-  if (!cleave::testing::fashion_mnist_installed()) {
-    WARN("Fashion-MNIST not installed: skipping");
-    return;
-  }
+  CLEAVE_SKIP_UNLESS_FASHION_MNIST();
   const int n = 4;
   DaemonCluster cluster(n);
   FedOptions o = fed_options(cluster, n);
@@ -189,10 +184,7 @@ TEST_CASE("Dirichlet(0.5) non-IID FedAvg over 4 client daemons learns", "[integr
 }
 
 TEST_CASE("a client killed mid-round does not stop the round when K are left", "[integration][fed]") {
-  if (!cleave::testing::fashion_mnist_installed()) {
-    WARN("Fashion-MNIST not installed: skipping");
-    return;
-  }
+  CLEAVE_SKIP_UNLESS_FASHION_MNIST();
   const int n = 3;
   DaemonCluster cluster(n);
   FedOptions o = fed_options(cluster, n);
@@ -214,16 +206,15 @@ TEST_CASE("a client killed mid-round does not stop the round when K are left", "
   CHECK(r2["participants"] == 2);
   REQUIRE(r2["dropped"].size() == 1);
   CHECK_THAT(r2["dropped"][0].get<std::string>(), Catch::Contains("dev2"));
-  CHECK(r2["seconds"].get<double>() < 30);  // closed on the disconnect, not at the round timeout
+  // Closed on the disconnect, not at the round timeout (a loaded machine may be slow, not 60 s slow).
+  CHECK(r2["timed_out"] == false);
+  CHECK(r2["seconds"].get<double>() < o.round_timeout_s);
   CHECK(r["rounds"][2]["sampled"].size() == 2);  // the dead client is no longer sampled
   CHECK(r["test_accuracy"].get<double>() > 0.5);
 }
 
 TEST_CASE("NaN and wrong-shape updates are rejected by every strategy and the round completes", "[integration][fed]") {
-  if (!cleave::testing::fashion_mnist_installed()) {
-    WARN("Fashion-MNIST not installed: skipping");
-    return;
-  }
+  CLEAVE_SKIP_UNLESS_FASHION_MNIST();
   for (const char* strategy : {"fedavg", "fedprox", "median", "trimmed-mean"}) {
     DYNAMIC_SECTION("strategy " << strategy) {
       const int n = 4;
@@ -260,10 +251,7 @@ TEST_CASE("NaN and wrong-shape updates are rejected by every strategy and the ro
 }
 
 TEST_CASE("a round with fewer than K acceptable updates fails saying how many arrived", "[integration][fed]") {
-  if (!cleave::testing::fashion_mnist_installed()) {
-    WARN("Fashion-MNIST not installed: skipping");
-    return;
-  }
+  CLEAVE_SKIP_UNLESS_FASHION_MNIST();
   const int n = 2;
   DaemonCluster cluster(n);
   FedOptions o = fed_options(cluster, n);
@@ -287,10 +275,7 @@ TEST_CASE("a round with fewer than K acceptable updates fails saying how many ar
 }
 
 TEST_CASE("a straggler: the round closes at --round-timeout with the K updates it has", "[integration][fed]") {
-  if (!cleave::testing::fashion_mnist_installed()) {
-    WARN("Fashion-MNIST not installed: skipping");
-    return;
-  }
+  CLEAVE_SKIP_UNLESS_FASHION_MNIST();
   const int n = 3;
   DaemonCluster cluster(n);
   FedOptions o = fed_options(cluster, n);
@@ -310,16 +295,16 @@ TEST_CASE("a straggler: the round closes at --round-timeout with the K updates i
     CHECK(rd["participants"] == 2);
     REQUIRE(rd["dropped"].size() == 1);
     CHECK_THAT(rd["dropped"][0].get<std::string>(), Catch::Contains("dev2") && Catch::Contains("--round-timeout"));
-    CHECK(rd["seconds"].get<double>() < 4 + 5);  // closed at the timeout (plus evaluation)
+    // Closed at the timeout: not before it, and long before the straggler's
+    // 20,000 samples (well over 10 s of training even on an idle machine).
+    CHECK(rd["seconds"].get<double>() >= 4);
+    CHECK(rd["seconds"].get<double>() < 4 + 8);
   }
   CHECK(r["test_accuracy"].get<double>() > 0.4);
 }
 
 TEST_CASE("a client refuses a model that does not match its data, and the run says so", "[integration][fed]") {
-  if (!cleave::testing::fashion_mnist_installed()) {
-    WARN("Fashion-MNIST not installed: skipping");
-    return;
-  }
+  CLEAVE_SKIP_UNLESS_FASHION_MNIST();
   DaemonCluster cluster(1);
   // The coordinator's test set and model: 12 features. The client holds Fashion-MNIST (784).
   const std::string model = cluster.dir() + "/tabular.json";
@@ -351,10 +336,7 @@ TEST_CASE("a client refuses a model that does not match its data, and the run sa
 }
 
 TEST_CASE("a federated run resumed from its checkpoint repeats the uninterrupted rounds", "[integration][fed][checkpoint]") {
-  if (!cleave::testing::fashion_mnist_installed()) {
-    WARN("Fashion-MNIST not installed: skipping");
-    return;
-  }
+  CLEAVE_SKIP_UNLESS_FASHION_MNIST();
   const int n = 2;
   const int64_t limit = 600;
   auto run = [&](const TrainConfig& cfg, int rounds) {

@@ -17,10 +17,10 @@
 #include "core/train/local_trainer.h"
 #include "core/train/train_checkpoint.h"
 #include "integration/daemon_cluster.h"
+#include "skip.h"
 
 using namespace cleave;
 using cleave::testing::DaemonCluster;
-using cleave::testing::fashion_mnist_installed;
 
 namespace {
 
@@ -65,10 +65,7 @@ std::vector<double> tail(const std::vector<double>& v, size_t from) { return {v.
 }  // namespace
 
 TEST_CASE("a distributed run resumed from its checkpoint continues as if never stopped", "[integration][pipeline][checkpoint]") {
-  if (!fashion_mnist_installed()) {
-    WARN("Fashion-MNIST not installed: skipping");
-    return;
-  }
+  CLEAVE_SKIP_UNLESS_FASHION_MNIST();
   DaemonCluster scratch(0);  // a temp dir for the checkpoints
   const std::string ck = scratch.dir() + "/piped.ckpt", ck_end = scratch.dir() + "/piped-end.ckpt",
                     ck_local = scratch.dir() + "/local.ckpt";
@@ -124,10 +121,7 @@ TEST_CASE("a distributed run resumed from its checkpoint continues as if never s
 }
 
 TEST_CASE("distributed training started with --init takes every stage from a safetensors file", "[integration][pipeline][checkpoint]") {
-  if (!fashion_mnist_installed()) {
-    WARN("Fashion-MNIST not installed: skipping");
-    return;
-  }
+  CLEAVE_SKIP_UNLESS_FASHION_MNIST();
   DaemonCluster scratch(0);
   TrainConfig cfg = resume_config();
   cfg.epochs = 1;
@@ -151,10 +145,7 @@ TEST_CASE("distributed training started with --init takes every stage from a saf
 }
 
 TEST_CASE("a checkpoint that does not fit is refused before any daemon is assigned", "[integration][pipeline][checkpoint]") {
-  if (!fashion_mnist_installed()) {
-    WARN("Fashion-MNIST not installed: skipping");
-    return;
-  }
+  CLEAVE_SKIP_UNLESS_FASHION_MNIST();
   DaemonCluster scratch(0);
   TrainConfig mlp = resume_config();
   mlp.model_path = std::string(CLEAVE_SOURCE_DIR) + "/models/mlp.json";

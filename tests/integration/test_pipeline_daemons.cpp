@@ -18,10 +18,10 @@
 #include "core/runtime/coordinator/pipeline.h"
 #include "core/train/local_trainer.h"
 #include "integration/daemon_cluster.h"
+#include "skip.h"
 
 using namespace cleave;
 using cleave::testing::DaemonCluster;
-using cleave::testing::fashion_mnist_installed;
 
 namespace {
 
@@ -45,10 +45,7 @@ TrainConfig small_config(const std::string& model, int64_t limit_train, int64_t 
 }  // namespace
 
 TEST_CASE("3 daemons reproduce local training (gpipe and 1f1b)", "[integration][pipeline]") {
-  if (!fashion_mnist_installed()) {
-    WARN("Fashion-MNIST not installed (apt-get install dataset-fashion-mnist): skipping");
-    return;
-  }
+  CLEAVE_SKIP_UNLESS_FASHION_MNIST();
   TrainConfig cfg = small_config("models/cnn.json", 640, 300);
   nlohmann::json local = train_local(cfg);
   for (const char* schedule : {"gpipe", "1f1b"}) {
@@ -91,10 +88,7 @@ TEST_CASE("3 daemons reproduce local training (gpipe and 1f1b)", "[integration][
 }
 
 TEST_CASE("a daemon that dies mid-run stops the coordinator with the device and step", "[integration][pipeline]") {
-  if (!fashion_mnist_installed()) {
-    WARN("Fashion-MNIST not installed: skipping");
-    return;
-  }
+  CLEAVE_SKIP_UNLESS_FASHION_MNIST();
   TrainConfig cfg = small_config("models/cnn.json", 20000, 100);
   DaemonCluster cluster(3);
   ClusterOptions cl = cluster.options(3);
@@ -121,14 +115,13 @@ TEST_CASE("a daemon that dies mid-run stops the coordinator with the device and 
   killer.join();
   INFO(message);
   CHECK_THAT(message, Catch::Contains("dev2") && Catch::Contains("step"));
-  CHECK(std::chrono::duration<double>(stopped_at - killed_at).count() < 10.0);
+  // Noticed through the disconnect or at the latest the peer timeout (5 s),
+  // plus room for a loaded machine: not a hang.
+  CHECK(std::chrono::duration<double>(stopped_at - killed_at).count() < cl.peer_timeout_ms / 1000.0 + 10.0);
 }
 
 TEST_CASE("an assignment that does not fit is refused with sizes and the daemon serves on", "[integration][pipeline]") {
-  if (!fashion_mnist_installed()) {
-    WARN("Fashion-MNIST not installed: skipping");
-    return;
-  }
+  CLEAVE_SKIP_UNLESS_FASHION_MNIST();
   TrainConfig cfg = small_config("models/mlp.json", 256, 100);
   DaemonCluster cluster(2);
   ClusterOptions cl = cluster.options(2);
@@ -152,10 +145,7 @@ TEST_CASE("an assignment that does not fit is refused with sizes and the daemon 
 }
 
 TEST_CASE("a device whose key is not on the allow-list never joins", "[integration][pipeline]") {
-  if (!fashion_mnist_installed()) {
-    WARN("Fashion-MNIST not installed: skipping");
-    return;
-  }
+  CLEAVE_SKIP_UNLESS_FASHION_MNIST();
   TrainConfig cfg = small_config("models/cnn.json", 64, 64);
   DaemonCluster cluster(2);
   std::filesystem::remove(cluster.allow() + "/dev2.pub");

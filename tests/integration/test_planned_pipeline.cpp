@@ -8,15 +8,13 @@
 #include "core/data/dataset.h"
 #include "core/runtime/coordinator/pipeline.h"
 #include "integration/daemon_cluster.h"
+#include "skip.h"
 
 using namespace cleave;
 using cleave::testing::DaemonCluster;
 
 TEST_CASE("the planner places stages within memory and bandwidth limits", "[integration][planner]") {
-  if (!cleave::testing::fashion_mnist_installed()) {
-    WARN("Fashion-MNIST not installed: skipping");
-    return;
-  }
+  CLEAVE_SKIP_UNLESS_FASHION_MNIST();
   TrainConfig cfg;
   cfg.model_path = std::string(CLEAVE_SOURCE_DIR) + "/models/mlp.json";
   cfg.batch = 64;
@@ -50,17 +48,19 @@ TEST_CASE("the planner places stages within memory and bandwidth limits", "[inte
   // Every pair of daemons measured its link, each direction through its
   // sender's throttle: what dev3 sends runs at its 20 Mbit/s limit (a token
   // bucket never lets more through; 10% for timer slack), what it receives
-  // does not.
+  // does not. The lower bounds leave room for a loaded 2-core machine, where
+  // the probes run next to the other daemons' profiling: the throttled
+  // direction at a fifth of its limit at least, the others clearly above it.
   const auto& links = out["cluster_profile"]["links"];
   int from_dev3 = 0, to_dev3 = 0;
   for (const auto& l : links) {
     INFO(l.dump());
     if (l["from"] == "dev3") {
       CHECK(l["mbps"].get<double>() <= 22.0);
-      CHECK(l["mbps"].get<double>() >= 5.0);
+      CHECK(l["mbps"].get<double>() >= 4.0);
       ++from_dev3;
     } else if (l["to"] == "dev3") {
-      CHECK(l["mbps"].get<double>() > 40.0);
+      CHECK(l["mbps"].get<double>() > 30.0);
       ++to_dev3;
     }
   }

@@ -21,6 +21,7 @@
 #include "core/runtime/common/split_layout.h"
 #include "core/train/local_trainer.h"
 #include "integration/daemon_cluster.h"
+#include "skip.h"
 
 using namespace cleave;
 using cleave::testing::DaemonCluster;
@@ -138,27 +139,18 @@ TEST_CASE("split options are validated", "[split]") {
 }
 
 TEST_CASE("vanilla split learning with one client reproduces local training", "[integration][split]") {
-  if (!cleave::testing::fashion_mnist_installed()) {
-    WARN("Fashion-MNIST not installed: skipping");
-    return;
-  }
+  CLEAVE_SKIP_UNLESS_FASHION_MNIST();
   check_matches_local("server");
 }
 
 TEST_CASE("U-shaped split learning with one client reproduces local training", "[integration][split]") {
-  if (!cleave::testing::fashion_mnist_installed()) {
-    WARN("Fashion-MNIST not installed: skipping");
-    return;
-  }
+  CLEAVE_SKIP_UNLESS_FASHION_MNIST();
   check_matches_local("client");
 }
 
 TEST_CASE("vanilla split learning over 2 clients learns and only activations and labels reach the server",
           "[integration][split]") {
-  if (!cleave::testing::fashion_mnist_installed()) {
-    WARN("Fashion-MNIST not installed: skipping");
-    return;
-  }
+  CLEAVE_SKIP_UNLESS_FASHION_MNIST();
   const int n = 2;
   DaemonCluster cluster(n + 1);
   TrainConfig cfg = split_config("models/mlp.json", 2, 600);
@@ -203,10 +195,7 @@ TEST_CASE("vanilla split learning over 2 clients learns and only activations and
 
 TEST_CASE("U-shaped SplitFed over 2 clients learns, averages their layers and keeps labels home",
           "[integration][split]") {
-  if (!cleave::testing::fashion_mnist_installed()) {
-    WARN("Fashion-MNIST not installed: skipping");
-    return;
-  }
+  CLEAVE_SKIP_UNLESS_FASHION_MNIST();
   const int n = 2;
   DaemonCluster cluster(n + 1);
   TrainConfig cfg = split_config("models/cnn.json", 2, 600);
@@ -251,10 +240,7 @@ TEST_CASE("U-shaped SplitFed over 2 clients learns, averages their layers and ke
 
 TEST_CASE("split learning fails clearly when the server dies and refuses impossible layouts",
           "[integration][split]") {
-  if (!cleave::testing::fashion_mnist_installed()) {
-    WARN("Fashion-MNIST not installed: skipping");
-    return;
-  }
+  CLEAVE_SKIP_UNLESS_FASHION_MNIST();
   {
     DaemonCluster cluster(2);
     SplitOptions o = split_options(cluster, 1);

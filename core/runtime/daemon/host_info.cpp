@@ -15,7 +15,10 @@ std::string host_identity() {
   std::string id(name);
   std::ifstream f("/etc/machine-id");
   std::string machine;
-  if (f && std::getline(f, machine) && !machine.empty()) id += "/" + machine.substr(0, 12);
+  if (f && std::getline(f, machine) && !machine.empty()) {
+    id += '/';
+    id.append(machine, 0, 12);
+  }
   return id.empty() ? "unknown-host" : id;
 }
 
