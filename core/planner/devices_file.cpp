@@ -56,7 +56,7 @@ LinkProfile parse_link_fields(const json& obj, const std::string& source, const 
     const json& e = obj["encoding"];
     if (!e.is_string()) throw file_error(source, where + ": encoding: expected \"f32\", \"f16\" or \"int8\", got " + e.dump());
     try {
-      l.encoding = parse_encoding(e.get<std::string>());
+      l.encoding = transport::parse_encoding(e.get<std::string>());
     } catch (const std::invalid_argument& ex) {
       throw file_error(source, where + ": encoding: " + ex.what());
     }
@@ -216,7 +216,7 @@ Cluster load_cluster(const std::string& path) {
 namespace {
 json link_json(const LinkProfile& l) {
   json j = {{"mbps", l.mbps}, {"latency_ms", l.latency_ms}};
-  if (l.encoding) j["encoding"] = encoding_name(*l.encoding);
+  if (l.encoding) j["encoding"] = transport::encoding_name(*l.encoding);
   return j;
 }
 }  // namespace

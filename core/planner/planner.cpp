@@ -34,6 +34,11 @@ std::string device_label(const Cluster& c, int k) { return "device " + std::to_s
 
 bool finite_nonneg(double v) { return std::isfinite(v) && v >= 0; }
 
+// Bytes on the wire per float32 value: 1 (f32), 0.5 (f16), 0.25 (int8).
+double encoding_factor(transport::Encoding e) {
+  return static_cast<double>(transport::encoded_element_size(e)) / sizeof(float);
+}
+
 void check_link(const LinkProfile& l, const std::string& what) {
   if (!std::isfinite(l.mbps) || l.mbps <= 0)
     throw PlanError(what + ": bandwidth must be a positive number of Mbit/s, got " + std::to_string(l.mbps));
@@ -42,14 +47,6 @@ void check_link(const LinkProfile& l, const std::string& what) {
 }
 
 }  // namespace
-
-const char* schedule_name(Schedule s) { return s == Schedule::gpipe ? "gpipe" : "1f1b"; }
-
-Schedule parse_plan_schedule(const std::string& s) {
-  if (s == "gpipe") return Schedule::gpipe;
-  if (s == "1f1b") return Schedule::one_f_one_b;
-  throw std::invalid_argument("unknown schedule '" + s + "' (use gpipe or 1f1b)");
-}
 
 // ---------------------------------------------------------------------------
 // CostModel
@@ -163,8 +160,7 @@ double CostModel::transfer_bytes(int from, int to, int cut) const {
 }
 
 int CostModel::in_flight(int num_stages, int stage) const {
-  if (options_.schedule == Schedule::gpipe) return options_.microbatches;
-  return std::min(num_stages - stage, options_.microbatches);
+  return max_in_flight(options_.schedule, stage, num_stages, options_.microbatches);
 }
 
 int64_t CostModel::activation_bytes(int begin, int end, int in_flight) const {
@@ -304,7 +300,11 @@ class Search {
     max_stages_ = std::min(d_, n_);
     if (o.max_stages > 0) max_stages_ = std::min(max_stages_, o.max_stages);
     words_ = (n_ + 63) / 64;
-    nf_ = o.schedule == Schedule::gpipe ? 1 : std::min(max_stages_, o.microbatches);
+    // The in-flight counts a stage can have: the schedule's rule depends on the stages from it
+    // to the last only, grows with them and then stays (schedule.h), so the first stage of a
+    // suffix of k stages has f_of(fi_of(k)), and nf_ counts the distinct values.
+    nf_ = 1;
+    while (nf_ < max_stages_ && cost.in_flight(nf_ + 1, 0) != cost.in_flight(nf_, 0)) ++nf_;
 
     // g_mem_[(k * nf + fi) * (n + 1) + i]: smallest start h such that [h, i) fits device k's
     // memory with f(fi) micro-batches in flight; i when not even [i - 1, i) fits.
@@ -742,11 +742,9 @@ class Search {
     return false;
   }
 
-  int f_of(int fi) const { return c_.options().schedule == Schedule::gpipe ? c_.options().microbatches : fi + 1; }
+  int f_of(int fi) const { return c_.in_flight(fi + 1, 0); }
   // Index of the in-flight count of the first stage of a suffix of `suffix_stages` stages.
-  int fi_of(int suffix_stages) const {
-    return c_.options().schedule == Schedule::gpipe ? 0 : std::min(suffix_stages, c_.options().microbatches) - 1;
-  }
+  int fi_of(int suffix_stages) const { return std::min(suffix_stages, nf_) - 1; }
   size_t gidx(int k, int fi, int i) const { return (static_cast<size_t>(k) * nf_ + fi) * (n_ + 1) + i; }
   size_t tidx(int a, int b, int i) const { return (static_cast<size_t>(a) * d_ + b) * (n_ + 1) + i; }
   // The starts of live state (set, k) after a pass (k must be in present_[set]).

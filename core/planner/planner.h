@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "core/pipeline/schedule.h"
 #include "core/planner/profile.h"
 
 namespace cleave {
@@ -27,16 +28,13 @@ struct PlanError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-enum class Schedule { gpipe, one_f_one_b };
-const char* schedule_name(Schedule s);             // "gpipe", "1f1b"
-// Parses "gpipe" | "1f1b"; throws std::invalid_argument otherwise.
-Schedule parse_plan_schedule(const std::string& s);
-
+// Schedules are the pipeline's (ScheduleKind, core/pipeline/schedule.h) and
+// encodings the transport's (transport::Encoding, transport/codec.h).
 struct PlanOptions {
-  Schedule schedule = Schedule::one_f_one_b;
+  ScheduleKind schedule = ScheduleKind::one_f_one_b;
   int microbatches = 4;              // M >= 1
   int64_t batch = 64;                // B >= M samples per optimizer step
-  Encoding encoding = Encoding::f32; // activations / gradients on links (unless a link overrides)
+  transport::Encoding encoding = transport::Encoding::kF32;  // activations / gradients on links (unless a link overrides)
   int max_stages = 0;                // 0: up to one stage per device
 };
 
@@ -63,8 +61,8 @@ class CostModel {
   double transfer_seconds(int from, int to, int cut) const;
   // Bytes crossing the cut before layer `cut` per batch, one direction, encoded.
   double transfer_bytes(int from, int to, int cut) const;
-  // Micro-batches stage `stage` of `num_stages` keeps in flight: M (GPipe),
-  // min(num_stages - stage, M) (1F1B).
+  // Micro-batches stage `stage` of `num_stages` keeps in flight:
+  // max_in_flight(schedule, stage, num_stages, M) (core/pipeline/schedule.h).
   int in_flight(int num_stages, int stage) const;
   // Weights + gradients + optimizer state of layers [begin, end).
   int64_t fixed_bytes(int begin, int end) const { return prefix_fixed_[end] - prefix_fixed_[begin]; }

@@ -5,17 +5,12 @@
 
 #include "core/model/model_spec.h"
 #include "core/nn/layer.h"
+#include "core/optim/optimizer.h"
 
 namespace cleave {
 
-int optimizer_state_multiplier(const std::string& optimizer_kind, double momentum) {
-  if (optimizer_kind == "adam" || optimizer_kind == "adamw") return 2;
-  if (optimizer_kind == "sgd") return momentum != 0 ? 1 : 0;
-  throw std::invalid_argument("unknown optimizer '" + optimizer_kind + "' (use sgd, adam or adamw)");
-}
-
 ModelProfile profile_model(const ModelSpec& spec, const std::string& optimizer_kind, double momentum) {
-  const int state_mult = optimizer_state_multiplier(optimizer_kind, momentum);
+  const int state_mult = optimizer_state_count(optimizer_kind, momentum);
   ModelProfile p;
   p.name = spec.name;
   p.optimizer = optimizer_kind;
@@ -37,31 +32,6 @@ ModelProfile profile_model(const ModelSpec& spec, const std::string& optimizer_k
     p.layers.push_back(std::move(l));
   }
   return p;
-}
-
-double encoding_factor(Encoding e) {
-  switch (e) {
-    case Encoding::f32: return 1.0;
-    case Encoding::f16: return 0.5;
-    case Encoding::int8: return 0.25;
-  }
-  return 1.0;
-}
-
-const char* encoding_name(Encoding e) {
-  switch (e) {
-    case Encoding::f32: return "f32";
-    case Encoding::f16: return "f16";
-    case Encoding::int8: return "int8";
-  }
-  return "f32";
-}
-
-Encoding parse_encoding(const std::string& s) {
-  if (s == "f32") return Encoding::f32;
-  if (s == "f16") return Encoding::f16;
-  if (s == "int8") return Encoding::int8;
-  throw std::invalid_argument("unknown encoding '" + s + "' (use f32, f16 or int8)");
 }
 
 int Cluster::index_of(const std::string& name) const {

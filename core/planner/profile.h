@@ -12,8 +12,8 @@
 //   - every byte count assumes float32 tensors (4 bytes per element);
 //   - backward FLOPs = 2 x forward for layers with parameters (input gradient
 //     and weight gradient), = 1 x forward for parameter-free layers;
-//   - optimizer state: sgd without momentum 0, sgd with momentum 1 x the
-//     parameter bytes, adam / adamw 2 x.
+//   - optimizer state: optimizer_state_count (core/optim/optimizer.h) x the
+//     parameter bytes: sgd without momentum 0, sgd with momentum 1, adam / adamw 2.
 #pragma once
 
 #include <cstdint>
@@ -22,6 +22,8 @@
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "transport/codec.h"
 
 namespace cleave {
 
@@ -51,21 +53,14 @@ struct ModelProfile {
   int64_t in_act_bytes(int i) const { return i == 0 ? input_bytes_per_sample : layers[i - 1].out_act_bytes; }
 };
 
-// Optimizer-state floats per parameter: 0 (sgd, momentum 0), 1 (sgd with
-// momentum), 2 (adam, adamw). Throws std::invalid_argument for another kind.
-int optimizer_state_multiplier(const std::string& optimizer_kind, double momentum);
-
 // The profile of `spec` trained with `optimizer_kind` (sgd | adam | adamw).
 // Throws std::invalid_argument for an unknown optimizer (or a layer the
 // registry rejects, which a loaded ModelSpec never has).
 ModelProfile profile_model(const ModelSpec& spec, const std::string& optimizer_kind, double momentum);
 
-// How activations and gradients travel on a link: bytes per float32 value.
-enum class Encoding { f32, f16, int8 };
-double encoding_factor(Encoding e);      // 1, 0.5, 0.25
-const char* encoding_name(Encoding e);   // "f32", "f16", "int8"
-// Parses "f32" | "f16" | "int8"; throws std::invalid_argument otherwise.
-Encoding parse_encoding(const std::string& s);
+// How activations and gradients travel on a link is transport::Encoding
+// (transport/codec.h: its names, parser and bytes per value), the same enum
+// the links use.
 
 struct DeviceProfile {
   std::string name;
@@ -89,7 +84,7 @@ struct DeviceProfile {
 struct LinkProfile {
   double mbps = 1000;        // bandwidth, megabits per second (10^6 bit/s)
   double latency_ms = 0.5;   // one-way latency per message
-  std::optional<Encoding> encoding;  // overrides the plan's encoding on this link
+  std::optional<transport::Encoding> encoding;  // overrides the plan's encoding on this link
 };
 
 // Devices plus directional links between them. link(a, b) is the explicit

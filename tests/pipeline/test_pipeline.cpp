@@ -60,6 +60,27 @@ TEST_CASE("1f1b: warm-up forwards, alternation, drain and bounded in-flight", "[
   CHECK_THROWS_WITH(parse_schedule("zero-bubble"), Catch::Contains("gpipe or 1f1b"));
 }
 
+TEST_CASE("one schedule vocabulary: names round-trip, max_in_flight is each schedule's peak", "[pipeline]") {
+  for (ScheduleKind kind : {ScheduleKind::gpipe, ScheduleKind::one_f_one_b}) {
+    CHECK(parse_schedule(schedule_name(kind)) == kind);
+    for (int p : {1, 2, 3, 5})
+      for (int m : {1, 2, 4, 7})
+        for (int s = 0; s < p; ++s) {
+          int in_flight = 0, peak = 0;
+          for (const Action& a : make_schedule(kind, s, p, m)) {
+            if (a.kind == ActionKind::forward) peak = std::max(peak, ++in_flight);
+            if (a.kind == ActionKind::backward) --in_flight;
+          }
+          INFO(schedule_name(kind) << " stage " << s << " of " << p << ", " << m << " micro-batches");
+          CHECK(max_in_flight(kind, s, p, m) == peak);
+          // It depends on the stages from this one to the last only (the planner relies on it).
+          CHECK(max_in_flight(kind, s, p, m) == max_in_flight(kind, 0, p - s, m));
+        }
+  }
+  CHECK(std::string(schedule_name(ScheduleKind::gpipe)) == "gpipe");
+  CHECK(std::string(schedule_name(ScheduleKind::one_f_one_b)) == "1f1b");
+}
+
 TEST_CASE("balance_ranges minimises the largest stage", "[pipeline]") {
   auto b = balance_ranges({1, 1, 1, 1, 8, 1, 1}, 3);
   REQUIRE(b.size() == 4);

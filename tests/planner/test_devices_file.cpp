@@ -49,7 +49,7 @@ TEST_CASE("the issue's devices file parses", "[planner][devices_file]") {
   // pi -> laptop and laptop -> pi both given: each keeps its own.
   CHECK(c.link(1, 2).mbps == 20);
   CHECK(c.link(2, 1).mbps == 40);
-  CHECK(c.link(2, 1).encoding == Encoding::f16);
+  CHECK(c.link(2, 1).encoding == transport::Encoding::kF16);
   CHECK_FALSE(c.link(1, 2).encoding.has_value());
   // Not given: the default.
   CHECK(c.link(0, 2).mbps == 1000);

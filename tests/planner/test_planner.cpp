@@ -197,10 +197,10 @@ TEST_CASE("GPipe keeps M micro-batches in flight, 1F1B at most p - stage", "[pla
   PlanOptions o;
   o.microbatches = 8;
   o.batch = 64;
-  o.schedule = Schedule::gpipe;
+  o.schedule = ScheduleKind::gpipe;
   const Plan g = plan(m, equal_devices(4), o);
   for (const StagePlan& st : g.stages) CHECK(st.in_flight == 8);
-  o.schedule = Schedule::one_f_one_b;
+  o.schedule = ScheduleKind::one_f_one_b;
   const Plan f = plan(m, equal_devices(4), o);
   REQUIRE(f.stages.size() == 4);
   for (size_t s = 0; s < f.stages.size(); ++s) CHECK(f.stages[s].in_flight == static_cast<int>(4 - s));

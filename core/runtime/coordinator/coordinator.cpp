@@ -400,10 +400,10 @@ nlohmann::json Driver::run() {
       return out;
     }
     PlanOptions po;
-    po.schedule = schedule == ScheduleKind::gpipe ? Schedule::gpipe : Schedule::one_f_one_b;
+    po.schedule = schedule;
     po.microbatches = cfg_.microbatches;
     po.batch = cfg_.batch;
-    po.encoding = cleave::parse_encoding(opts_.encoding);
+    po.encoding = encoding;
     const ModelProfile mp = profile_model(spec, cfg_.optimizer.kind, cfg_.optimizer.momentum);
     Plan pl = plan_shared_hosts(mp, cluster, po);
     plan_json = to_json(pl, mp);
