@@ -73,6 +73,13 @@ class Device {
   // Gives memory the device keeps for reuse (released blocks) back to the
   // system, e.g. when a daemon's job ends. Live tensors are untouched.
   virtual void release_cached_memory() {}
+  // The most bytes this device had allocated at once since it was opened or
+  // reset_peak() was last called: every allocation it made, tensors and its ops'
+  // own scratch, counted as requested (what --memory-limit counts). 0 when the
+  // backend does not track it (unknown, not "nothing").
+  virtual size_t peak_bytes_in_use() const { return 0; }
+  // Starts a new peak from the bytes in use now.
+  virtual void reset_peak() {}
 
   // --- dense linear algebra ----------------------------------------------------
   // C(m,n) = alpha * op(A) * op(B) + beta * C, row-major, op(X) = X or X^T.

@@ -35,6 +35,8 @@ class CpuDevice final : public Device {
   void fill(const Tensor& t, float value) override;
   void synchronize() override {}
   void release_cached_memory() override { pool_->trim(); }
+  size_t peak_bytes_in_use() const override { return pool_->peak_in_use(); }
+  void reset_peak() override { pool_->reset_peak(); }
 
   void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const Tensor& a,
             int64_t lda, const Tensor& b, int64_t ldb, float beta, const Tensor& c, int64_t ldc) override;
