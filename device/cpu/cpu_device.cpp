@@ -106,11 +106,16 @@ std::shared_ptr<Buffer> CpuDevice::allocate(size_t bytes) {
 }
 
 int CpuDevice::team_size(int64_t n, int64_t cost) const {
-  if (threads_ <= 1 || n <= 1) return 1;
-  const int64_t work = n * std::max<int64_t>(cost, 1);
-  if (work < kMinParallelWork) return 1;
-  const int64_t by_work = work / (kMinParallelWork / 2);
-  return static_cast<int>(std::min<int64_t>({threads_, n, by_work}));
+  if (threads_ <= 1) return 1;
+  return static_cast<int>(std::min<int64_t>(threads_, team_bound(n, cost)));
+}
+
+size_t CpuDevice::bias_grad_rows_workspace_bytes(int64_t rows, int64_t features) {
+  return static_cast<size_t>(team_bound(rows, features) * features) * sizeof(float);  // bias_grad_rows' partials
+}
+
+size_t CpuDevice::layernorm_backward_workspace_bytes(int64_t rows, int64_t cols) {
+  return static_cast<size_t>(team_bound(rows, cols * 6) * 2 * cols) * sizeof(float);  // layernorm_backward's partials
 }
 
 void CpuDevice::upload(const Tensor& dst, const float* src) {

@@ -88,6 +88,12 @@ class CpuDevice final : public Device {
                  const AdamStep& s) override;
   float sum_squares(const Tensor& t) override;
 
+  // Upper bounds, whatever the thread count, of the bytes of scratch these ops take
+  // while they run (the memory model's workspace, device.h's *_workspace_bytes).
+  static size_t conv2d_workspace_bytes(const Window2d& g, int64_t oc);
+  static size_t bias_grad_rows_workspace_bytes(int64_t rows, int64_t features);
+  static size_t layernorm_backward_workspace_bytes(int64_t rows, int64_t cols);
+
   int threads() const { return threads_; }
   size_t bytes_in_use() const { return pool_->in_use(); }
   size_t bytes_cached() const { return pool_->cached(); }  // released blocks kept for reuse (host_pool.h)

@@ -145,5 +145,22 @@ TEST_CASE("a CPU device's peak counts its tensors and its ops' own scratch", "[d
   dev.bias_grad_rows(dy, db, rows, features);
   CHECK(dev.bytes_in_use() == held);
   CHECK(dev.peak_bytes_in_use() >= held + features * sizeof(float));
+  CHECK(dev.peak_bytes_in_use() - held <= CpuDevice::bias_grad_rows_workspace_bytes(rows, features));
   CHECK(db.to_host() == std::vector<float>(features, static_cast<float>(rows)));
+  // The convolution's columns and weight-gradient partials, within the bound the memory
+  // model uses.
+  Window2d g;
+  g.n = 8, g.c = 3, g.h = 16, g.w = 16, g.kh = 3, g.kw = 3, g.ph = 1, g.pw = 1;
+  const int64_t oc = 4, ckk = 27, ohw = 256;
+  Tensor x(dev, {g.n, g.c, g.h, g.w}), w(dev, {oc, ckk}), bias(dev, {oc}), y(dev, {g.n, oc, 16, 16});
+  Tensor dw(dev, {oc, ckk}), dbias(dev, {oc}), dx(dev, {g.n, g.c, g.h, g.w});
+  for (const Tensor* t : {&x, &w, &bias, &dw, &dbias}) dev.fill(*t, 0.5f);
+  dev.reset_peak();
+  const size_t before = dev.bytes_in_use();
+  dev.conv2d_forward(x, w, bias, y, g, oc);
+  dev.conv2d_backward(x, w, y, dw, dbias, dx, g, oc);
+  CHECK(dev.peak_bytes_in_use() > before);
+  CHECK(dev.peak_bytes_in_use() - before <= conv2d_workspace_bytes(Backend::cpu, g, oc));
+  // The GPU backends' portable lowering holds the whole batch's columns.
+  CHECK(conv2d_workspace_bytes(Backend::cuda, g, oc) == static_cast<size_t>((ckk + oc) * g.n * ohw) * sizeof(float));
 }

@@ -179,8 +179,9 @@ TEST_CASE("a layer's workspace counts toward its stage's memory", "[planner]") {
     if (st.device_name == "d1") CHECK(st.begin > 2);
   }
   const ModelProfile cnn = profile_model(ModelSpec::load(std::string(CLEAVE_SOURCE_DIR) + "/models/cnn.json"), "sgd", 0);
-  CHECK(cnn.layers[3].workspace_bytes == 4 * (32 * 9 + 64) * 14 * 14);  // conv2: columns + output copy
-  CHECK(cnn.layers[1].workspace_bytes == 0);                            // relu
+  // conv2, per sample: at least the portable lowering's columns + output copy.
+  CHECK(cnn.layers[3].workspace_bytes >= 4 * (32 * 9 + 64) * 14 * 14);
+  CHECK(cnn.layers[1].workspace_bytes == 0);  // relu
 }
 
 TEST_CASE("a slow device is left unused when it would be the bottleneck", "[planner]") {
