@@ -156,6 +156,12 @@ Cluster parse_cluster(const json& doc, const std::string& source) {
     } else if (d.contains("host_cores") || d.contains("cpu_threads")) {
       throw file_error(source, where + ": host_cores and cpu_threads need \"host\" (the machine's name)");
     }
+    if (d.contains("backend")) {
+      const json& b = d["backend"];
+      for (Backend k : {Backend::cpu, Backend::opencl, Backend::cuda})
+        if (b.is_string() && b.get<std::string>() == backend_name(k)) dev.backend = k;
+      if (!dev.backend) throw file_error(source, where + ": backend: expected \"cpu\", \"opencl\" or \"cuda\", got " + b.dump());
+    }
     if (d.contains("update_seconds_per_param")) {
       dev.update_seconds_per_param = get_number(d, "update_seconds_per_param", source, where, true, 0);
       if (!std::isfinite(dev.update_seconds_per_param) || dev.update_seconds_per_param < 0)
@@ -227,6 +233,7 @@ json cluster_to_json(const Cluster& c) {
     json j = {{"name", d.name}, {"memory", d.memory_bytes}, {"gflops", d.gflops}};
     if (d.layer_seconds_per_sample) j["layer_seconds"] = *d.layer_seconds_per_sample;
     if (d.update_seconds_per_param > 0) j["update_seconds_per_param"] = d.update_seconds_per_param;
+    if (d.backend) j["backend"] = backend_name(*d.backend);
     if (!d.host.empty()) {
       j["host"] = d.host;
       j["host_cores"] = d.host_cores;

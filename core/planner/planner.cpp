@@ -129,21 +129,16 @@ CostModel::CostModel(const ModelProfile& model, const Cluster& cluster, const Pl
       link_beta_[a * d_ + b] = enc_ab / (ab.mbps * 1e6 / 8) + enc_ba / (ba.mbps * 1e6 / 8);
     }
 
-  prefix_fixed_.assign(n_ + 1, 0);
-  prefix_stash_.assign(n_ + 1, 0);
-  std::vector<int64_t> work(n_);
-  for (int i = 0; i < n_; ++i) {
-    const LayerProfile& l = model.layers[i];
-    prefix_fixed_[i + 1] = prefix_fixed_[i] + l.param_bytes + l.grad_bytes + l.optimizer_state_bytes;
-    prefix_stash_[i + 1] = prefix_stash_[i] + l.stash_bytes;
-    work[i] = model.in_act_bytes(i) + l.out_act_bytes + l.workspace_bytes;
-  }
-  working_max_.push_back(work);
-  for (int span = 1; 2 * span <= n_; span *= 2) {
-    const std::vector<int64_t>& prev = working_max_.back();
-    std::vector<int64_t> next(n_ - 2 * span + 1);
-    for (size_t i = 0; i < next.size(); ++i) next[i] = std::max(prev[i], prev[i + span]);
-    working_max_.push_back(std::move(next));
+  std::vector<std::optional<Backend>> backends;
+  for (int k = 0; k < d_; ++k) {
+    const std::optional<Backend>& b = cluster.devices[k].backend;
+    auto it = std::find(backends.begin(), backends.end(), b);
+    if (it == backends.end()) {
+      backends.push_back(b);
+      stage_models_.emplace_back(model, mb_, b);
+      it = backends.end() - 1;
+    }
+    device_model_.push_back(static_cast<int>(it - backends.begin()));
   }
 }
 
@@ -161,13 +156,6 @@ double CostModel::transfer_bytes(int from, int to, int cut) const {
 
 int CostModel::in_flight(int num_stages, int stage) const {
   return max_in_flight(options_.schedule, stage, num_stages, options_.microbatches);
-}
-
-int64_t CostModel::activation_bytes(int begin, int end, int in_flight) const {
-  const int level = std::bit_width(static_cast<unsigned>(end - begin)) - 1;
-  const int64_t work = std::max(working_max_[level][begin], working_max_[level][end - (1 << level)]);
-  const int64_t stash = prefix_stash_[end] - prefix_stash_[begin] + model_->layers[end - 1].out_act_bytes;
-  return static_cast<int64_t>(in_flight) * mb_ * stash + mb_ * work;
 }
 
 // ---------------------------------------------------------------------------
@@ -199,8 +187,9 @@ Plan evaluate_plan(const CostModel& cost, const std::vector<int>& devices, const
     st.end = cuts[s + 1];
     for (int i = st.begin; i < st.end; ++i) st.params += model.layers[i].param_count;
     st.in_flight = cost.in_flight(p, s);
-    st.weight_state_bytes = cost.fixed_bytes(st.begin, st.end);
-    st.memory_bytes = cost.memory_bytes(st.begin, st.end, st.in_flight);
+    st.memory = cost.stage_memory(st.device, st.begin, st.end, st.in_flight);
+    st.weight_state_bytes = static_cast<int64_t>(st.memory.weight_state());
+    st.memory_bytes = static_cast<int64_t>(st.memory.total());
     st.memory_available = cost.device_memory(st.device);
     st.compute_seconds = cost.compute_seconds(st.device, st.begin, st.end);
     if (s + 1 < p) {
@@ -315,7 +304,7 @@ class Search {
           int lo = 0, hi = i;  // answer in [lo, hi]; hi means none
           while (lo < hi) {
             const int mid = (lo + hi) / 2;
-            if (c_.memory_bytes(mid, i, f_of(fi)) <= c_.device_memory(k)) hi = mid; else lo = mid + 1;
+            if (c_.memory_bytes(k, mid, i, f_of(fi)) <= c_.device_memory(k)) hi = mid; else lo = mid + 1;
           }
           g_mem_[gidx(k, fi, i)] = lo;
         }
@@ -886,11 +875,13 @@ std::string describe_layer(const CostModel& c, int i) {
   // The fewest micro-batches any stage keeps: 1 for the last stage under 1F1B.
   const int min_flight = c.in_flight(1, 0);
   for (int i = 0; i < c.num_layers(); ++i) {
-    const int64_t need = c.memory_bytes(i, i + 1, min_flight);
-    if (need > c.device_memory(largest)) {
+    bool fits = false;
+    for (int k = 0; k < c.num_devices() && !fits; ++k) fits = c.memory_bytes(k, i, i + 1, min_flight) <= c.device_memory(k);
+    const int64_t need = c.memory_bytes(largest, i, i + 1, min_flight);
+    if (!fits) {
       throw PlanError(describe_layer(c, i) + " needs " + format_bytes(static_cast<double>(need)) + " (" +
                       format_bytes(static_cast<double>(c.fixed_bytes(i, i + 1))) + " of weights + gradients + optimizer state + " +
-                      format_bytes(static_cast<double>(c.activation_bytes(i, i + 1, min_flight))) + " of activations " +
+                      format_bytes(static_cast<double>(c.activation_bytes(largest, i, i + 1, min_flight))) + " of activations " +
                       batch_desc + ") and fits on no device: " + largest_desc +
                       "; add memory, lower --batch or --microbatches, or use a smaller optimizer state");
     }
@@ -906,7 +897,7 @@ std::string describe_layer(const CostModel& c, int i) {
   throw PlanError("no split of the " + std::to_string(c.num_layers()) + " layers over the " +
                   std::to_string(c.num_devices()) + " devices" + limit + " fits in memory: weights + gradients + state total " +
                   format_bytes(static_cast<double>(fixed)) + ", the whole model's activations " + batch_desc + " add " +
-                  format_bytes(static_cast<double>(c.activation_bytes(0, c.num_layers(), min_flight))) +
+                  format_bytes(static_cast<double>(c.activation_bytes(largest, 0, c.num_layers(), min_flight))) +
                   ", devices total " + format_bytes(static_cast<double>(total_memory)) + " (" + largest_desc +
                   "); add memory or devices, lower --batch or --microbatches");
 }

@@ -15,6 +15,10 @@ ModelProfile profile_model(const ModelSpec& spec, const std::string& optimizer_k
   p.name = spec.name;
   p.optimizer = optimizer_kind;
   p.input_bytes_per_sample = numel(spec.input) * 4;
+  // nn/loss.cpp: targets (one class index per row, or the output's shape for
+  // mse) and the per-row loss; cross-entropy adds the per-row argmax hit.
+  const int64_t outputs = numel(spec.shapes.back());
+  p.loss_bytes_per_sample = 4 * (spec.loss == LossKind::cross_entropy ? 1 + 1 + 1 : outputs + 1);
   for (int i = 0; i < spec.num_layers(); ++i) {
     const Shape& in = spec.shapes[i];
     std::unique_ptr<Layer> layer = make_layer(spec.layers[i], in);
@@ -29,6 +33,9 @@ ModelProfile profile_model(const ModelSpec& spec, const std::string& optimizer_k
     l.out_act_bytes = 4 * numel(spec.shapes[i + 1]);
     l.stash_bytes = 4 * (numel(in) + layer->saved_floats_per_sample(in));
     l.workspace_bytes = 4 * layer->workspace_floats_per_sample(in);
+    l.workspace_for = [shared = std::shared_ptr<const Layer>(std::move(layer)), in](int64_t samples, Backend backend) {
+      return shared->workspace_bytes(in, samples, backend);
+    };
     p.layers.push_back(std::move(l));
   }
   return p;

@@ -14,15 +14,18 @@
 //     and weight gradient), = 1 x forward for parameter-free layers;
 //   - optimizer state: optimizer_state_count (core/optim/optimizer.h) x the
 //     parameter bytes: sgd without momentum 0, sgd with momentum 1, adam / adamw 2.
+// What a stage of these layers needs in memory is memory_model.h's.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "device/device.h"
 #include "transport/codec.h"
 
 namespace cleave {
@@ -39,7 +42,11 @@ struct LayerProfile {
   int64_t grad_bytes = 0;             // = param_bytes
   int64_t out_act_bytes = 0;          // per sample: the output, what crosses a cut after this layer
   int64_t stash_bytes = 0;            // per sample kept for backward: the input + saved context
-  int64_t workspace_bytes = 0;        // per sample of temporaries while the layer runs (conv columns)
+  int64_t workspace_bytes = 0;        // per sample of temporaries while the layer runs, on any device (conv columns)
+  // The same temporaries for a micro-batch of `samples` on a device of `backend`
+  // (Layer::workspace_bytes), when the profile comes from a model's layers;
+  // hand-written profiles leave it empty and count samples * workspace_bytes.
+  std::function<int64_t(int64_t samples, Backend backend)> workspace_for;
 };
 
 struct ModelProfile {
@@ -47,6 +54,9 @@ struct ModelProfile {
   std::string optimizer;              // optimizer the state bytes were computed for
   std::vector<LayerProfile> layers;
   int64_t input_bytes_per_sample = 0;  // the model's input, per sample
+  // Per sample, what the loss holds on the last stage: the targets and its
+  // per-row values (loss, and for cross-entropy the per-row hit).
+  int64_t loss_bytes_per_sample = 0;
 
   int num_layers() const { return static_cast<int>(layers.size()); }
   // Per-sample bytes of layer i's input (the model input for i = 0).
@@ -79,6 +89,9 @@ struct DeviceProfile {
   std::string host{};
   double host_cores = 0;
   double cpu_threads = 0;
+  // The device's backend, when known: the memory model then counts the
+  // temporaries that backend's ops take; unknown, the largest of any backend.
+  std::optional<Backend> backend{};
 };
 
 struct LinkProfile {

@@ -95,7 +95,7 @@ inline BruteResult brute_force(const CostModel& cost) {
       double worst = 0;
       bool fits = true;
       for (int t = 0; t < p && fits; ++t) {
-        fits = cost.memory_bytes(cuts[t], cuts[t + 1], cost.in_flight(p, t)) <= cost.device_memory(seq[t]);
+        fits = cost.memory_bytes(seq[t], cuts[t], cuts[t + 1], cost.in_flight(p, t)) <= cost.device_memory(seq[t]);
         worst = std::max(worst, cost.compute_seconds(seq[t], cuts[t], cuts[t + 1]));
         if (t + 1 < p) worst = std::max(worst, cost.transfer_seconds(seq[t], seq[t + 1], cuts[t + 1]));
       }

@@ -294,7 +294,7 @@ int run_daemon(const DaemonOptions& opts_in, const std::atomic<bool>& stop) {
           OptimizerConfig ocfg = OptimizerConfig::from_json(nlohmann::json::parse(a->optimizer_json));
           StageMemory need = estimate_stage_memory(j->spec, a->layer_begin, a->layer_end, ocfg, batch,
                                                    max_in_flight(j->schedule, a->stage, a->num_stages, j->microbatches),
-                                                   j->microbatches);
+                                                   j->microbatches, device->backend());
           const MemoryInfo mem = device->memory();
           if (need.total() > mem.free)
             throw OutOfMemory(opts.name + " cannot host stage " + std::to_string(a->stage) + " (layers " +
