@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "device/backends.h"
+#include "device/cpu/cpu_device.h"
 
 namespace cleave {
 
@@ -17,6 +18,14 @@ const char* backend_name(Backend b) {
     case Backend::cuda: return "cuda";
   }
   return "unknown";
+}
+
+size_t bias_grad_rows_workspace_bytes(Backend backend, int64_t rows, int64_t features) {
+  return backend == Backend::cpu ? CpuDevice::bias_grad_rows_workspace_bytes(rows, features) : 0;
+}
+
+size_t layernorm_backward_workspace_bytes(Backend backend, int64_t rows, int64_t cols) {
+  return backend == Backend::cpu ? CpuDevice::layernorm_backward_workspace_bytes(rows, cols) : 0;
 }
 
 std::vector<Backend> compiled_backends() {

@@ -73,6 +73,13 @@ class Device {
   // Gives memory the device keeps for reuse (released blocks) back to the
   // system, e.g. when a daemon's job ends. Live tensors are untouched.
   virtual void release_cached_memory() {}
+  // The most bytes this device had allocated at once since it was opened or
+  // reset_peak() was last called: every allocation it made, tensors and its ops'
+  // own scratch, counted as requested (what --memory-limit counts). 0 when the
+  // backend does not track it (unknown, not "nothing").
+  virtual size_t peak_bytes_in_use() const { return 0; }
+  // Starts a new peak from the bytes in use now.
+  virtual void reset_peak() {}
 
   // --- dense linear algebra ----------------------------------------------------
   // C(m,n) = alpha * op(A) * op(B) + beta * C, row-major, op(X) = X or X^T.
@@ -185,6 +192,16 @@ std::vector<Backend> compiled_backends();
 // then OpenCL on a GPU, then CPU. Throws std::runtime_error with a clear message
 // when the backend is not compiled in or no usable device is present.
 std::unique_ptr<Device> open_device(const std::string& name, const DeviceOptions& opts = {});
+// Memory plans (core/planner/memory_model.h): upper bounds of the bytes of
+// temporaries an op holds while it runs on a device of `backend`, whatever its
+// thread count, beyond its arguments. conv2d: forward or backward (with dx) for
+// g.n samples; the GPU backends run the portable lowering (conv2d_lowering.cpp),
+// the CPU its per-thread columns. bias_grad_rows and layernorm_backward: the
+// CPU's per-thread partial sums (0 elsewhere).
+size_t conv2d_workspace_bytes(Backend backend, const Window2d& g, int64_t oc);
+size_t bias_grad_rows_workspace_bytes(Backend backend, int64_t rows, int64_t features);
+size_t layernorm_backward_workspace_bytes(Backend backend, int64_t rows, int64_t cols);
+
 // Parses "512M", "4G", "1024" (bytes) -> bytes; throws std::invalid_argument.
 size_t parse_bytes(const std::string& text);
 // bytes -> "12.5" (MiB, one decimal), for the backends' OutOfMemory messages.

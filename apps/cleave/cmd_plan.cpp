@@ -48,10 +48,10 @@ void add_plan_command(CLI::App& root) {
     const Cluster cluster = load_cluster(f->devices);
     const ModelProfile profile = profile_model(spec, f->optimizer, f->momentum);
     PlanOptions options;
-    options.schedule = parse_plan_schedule(f->schedule);
+    options.schedule = parse_schedule(f->schedule);
     options.microbatches = f->microbatches;
     options.batch = f->batch;
-    options.encoding = parse_encoding(f->encoding);
+    options.encoding = transport::parse_encoding(f->encoding);
     options.max_stages = f->max_stages;
     Plan result;
     try {

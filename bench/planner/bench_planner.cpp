@@ -127,7 +127,7 @@ int main(int argc, char** argv) {
         const ModelProfile m = random_model(rng, n);
         const Cluster c = random_cluster(rng, m, d);
         PlanOptions o;
-        o.schedule = it % 2 ? Schedule::gpipe : Schedule::one_f_one_b;
+        o.schedule = it % 2 ? ScheduleKind::gpipe : ScheduleKind::one_f_one_b;
         o.microbatches = 8;
         o.batch = 64;
         timespec c0{}, c1{};

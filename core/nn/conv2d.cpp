@@ -4,6 +4,7 @@
 // a portable im2col + GEMM lowering that the CPU backend replaces with a per-sample
 // form. Neither keeps anything between the passes but x (saved_floats_per_sample()
 // is 0): backward recomputes the columns it needs.
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 
@@ -53,9 +54,17 @@ class Conv2d final : public Layer {
     const float bound = 1.0f / std::sqrt(static_cast<float>(ckk()));
     for (float& v : out) v = rng.uniform(-bound, bound);
   }
-  // The portable lowering's columns plus its (OC, N*oh*ow) output or gradient copy;
-  // the CPU backend needs less (one sample's columns per thread).
-  int64_t workspace_floats_per_sample(const Shape&) const override { return (ckk() + oc_) * ohw(); }
+  // The portable lowering's columns plus its (OC, N*oh*ow) output or gradient copy,
+  // or the CPU's columns (one sample's per thread, at most one per sample) plus its
+  // weight-gradient partials (one per group of samples, at most one per sample).
+  int64_t workspace_floats_per_sample(const Shape&) const override {
+    return ckk() * ohw() + std::max(oc_ * ohw(), oc_ * ckk() + oc_);
+  }
+  int64_t workspace_bytes(const Shape&, int64_t batch, Backend backend) const override {
+    Window2d g = g_;
+    g.n = batch;
+    return static_cast<int64_t>(conv2d_workspace_bytes(backend, g, oc_));
+  }
   int64_t flops_per_sample(const Shape&) const override {
     return 2 * oc_ * ckk() * ohw() + (bias_ ? oc_ * ohw() : 0);
   }

@@ -64,8 +64,17 @@ class Layer {
   // Floats of context saved per sample by forward (beyond x and y), for memory plans.
   virtual int64_t saved_floats_per_sample(const Shape& in) const { return 0; }
   // Floats per sample of temporaries forward or backward may hold while it runs
-  // (beyond x, y and their gradients; freed before it returns), for memory plans.
+  // (beyond x, y, their gradients and the saved context; freed before it
+  // returns) on any backend, for any batch and thread count: a per-sample bound
+  // for memory plans that do not know the device.
   virtual int64_t workspace_floats_per_sample(const Shape& in) const { return 0; }
+  // Bytes of those temporaries for a batch of `batch` samples on a device of
+  // `backend`, whatever its thread count (the device's *_workspace_bytes of the
+  // ops the layer runs). At most 4 * batch * workspace_floats_per_sample(in).
+  virtual int64_t workspace_bytes(const Shape& in, int64_t batch, Backend backend) const {
+    (void)backend;
+    return 4 * batch * workspace_floats_per_sample(in);
+  }
 
   // y = f(x). `training` switches dropout on. Fills ctx.saved as needed.
   virtual void forward(const Tensor& x, const Tensor& y, LayerContext& ctx, bool training) = 0;

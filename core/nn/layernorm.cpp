@@ -40,6 +40,11 @@ class LayerNorm final : public Layer {
   // mean, variance (2 per element), normalise and affine (4 per element)
   int64_t flops_per_sample(const Shape&) const override { return 8 * numel(in_); }
   int64_t saved_floats_per_sample(const Shape&) const override { return 2 * rows_per_sample(); }
+  // The CPU's per-thread dgamma / dbeta partials (layernorm_backward), at most one pair per row.
+  int64_t workspace_floats_per_sample(const Shape&) const override { return 2 * numel(in_); }
+  int64_t workspace_bytes(const Shape&, int64_t batch, Backend backend) const override {
+    return static_cast<int64_t>(layernorm_backward_workspace_bytes(backend, batch * rows_per_sample(), cols_));
+  }
 
   void forward(const Tensor& x, const Tensor& y, LayerContext& ctx, bool) override {
     check_batch_shape("layernorm input", x, in_);

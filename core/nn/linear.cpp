@@ -50,6 +50,11 @@ class Linear final : public Layer {
     const float bound = 1.0f / std::sqrt(static_cast<float>(in_features_));
     for (float& v : out) v = rng.uniform(-bound, bound);
   }
+  // The CPU's per-thread bias-gradient partials (bias_grad_rows), at most one row per sample.
+  int64_t workspace_floats_per_sample(const Shape&) const override { return bias_ ? out_features_ : 0; }
+  int64_t workspace_bytes(const Shape&, int64_t batch, Backend backend) const override {
+    return bias_ ? static_cast<int64_t>(bias_grad_rows_workspace_bytes(backend, batch, out_features_)) : 0;
+  }
   int64_t flops_per_sample(const Shape&) const override {
     return 2 * in_features_ * out_features_ + (bias_ ? out_features_ : 0);
   }

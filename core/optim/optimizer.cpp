@@ -143,9 +143,9 @@ Optimizer::Optimizer(Device& device, OptimizerConfig config, int64_t param_count
     : device_(&device), config_(std::move(config)), param_count_(param_count) {
   config_.validate();
   if (param_count_ < 0) invalid("param_count must be >= 0 (got " + std::to_string(param_count_) + ")");
-  const size_t buffers = config_.kind == "sgd" ? (config_.momentum != 0 ? 1 : 0) : 2;
+  const int buffers = optimizer_state_count(config_);
   if (param_count_ == 0) return;  // nothing to optimise: step() is a no-op count
-  for (size_t i = 0; i < buffers; ++i) {
+  for (int i = 0; i < buffers; ++i) {
     Tensor t(*device_, {param_count_});
     device_->fill(t, 0.f);
     state_.push_back(std::move(t));
@@ -199,12 +199,20 @@ void Optimizer::load_state(const nlohmann::json& meta, const std::vector<std::ve
   steps_ = steps;
 }
 
+int optimizer_state_count(const std::string& kind, double momentum) {
+  if (kind == "adam" || kind == "adamw") return 2;
+  if (kind == "sgd") return momentum != 0 ? 1 : 0;
+  throw std::invalid_argument("unknown optimizer '" + kind + "' (use sgd, adam or adamw)");
+}
+
+int optimizer_state_count(const OptimizerConfig& config) { return optimizer_state_count(config.kind, config.momentum); }
+
 std::vector<std::string> optimizer_state_names(const OptimizerConfig& config) {
-  if (config.kind == "sgd") {
-    if (config.momentum != 0) return {"momentum_buffer"};
-    return {};
+  switch (optimizer_state_count(config)) {
+    case 0: return {};
+    case 1: return {"momentum_buffer"};
+    default: return {"exp_avg", "exp_avg_sq"};
   }
-  return {"exp_avg", "exp_avg_sq"};
 }
 
 nlohmann::json optimizer_state_meta(const OptimizerConfig& config, int64_t steps_taken, int64_t param_count) {

@@ -58,8 +58,16 @@ struct OptimizerConfig {
 std::vector<std::string> optimizer_kinds();
 std::vector<std::string> lr_schedules();
 
-// The state an optimizer of `config` keeps per parameter, by PyTorch's names:
-// {} for sgd without momentum, {momentum_buffer}, or {exp_avg, exp_avg_sq}.
+// How many buffers of the parameter block's size an optimizer of `kind` keeps:
+// 0 for sgd without momentum, 1 for sgd with momentum, 2 for adam / adamw. The
+// one place this count is written: the Optimizer allocates that many, the
+// planner's profiles and the stage memory model (core/planner/memory_model.h)
+// count them. Throws std::invalid_argument for another kind.
+int optimizer_state_count(const std::string& kind, double momentum);
+int optimizer_state_count(const OptimizerConfig& config);
+// The state an optimizer of `config` keeps per parameter, by PyTorch's names
+// (optimizer_state_count(config) of them): {} for sgd without momentum,
+// {momentum_buffer}, or {exp_avg, exp_avg_sq}.
 std::vector<std::string> optimizer_state_names(const OptimizerConfig& config);
 // The checkpoint meta of such an optimizer over `param_count` parameters after
 // `steps_taken` steps: {"kind", "steps_taken", "param_count", "buffers", "config"}.

@@ -56,7 +56,7 @@ LinkProfile parse_link_fields(const json& obj, const std::string& source, const 
     const json& e = obj["encoding"];
     if (!e.is_string()) throw file_error(source, where + ": encoding: expected \"f32\", \"f16\" or \"int8\", got " + e.dump());
     try {
-      l.encoding = parse_encoding(e.get<std::string>());
+      l.encoding = transport::parse_encoding(e.get<std::string>());
     } catch (const std::invalid_argument& ex) {
       throw file_error(source, where + ": encoding: " + ex.what());
     }
@@ -156,6 +156,12 @@ Cluster parse_cluster(const json& doc, const std::string& source) {
     } else if (d.contains("host_cores") || d.contains("cpu_threads")) {
       throw file_error(source, where + ": host_cores and cpu_threads need \"host\" (the machine's name)");
     }
+    if (d.contains("backend")) {
+      const json& b = d["backend"];
+      for (Backend k : {Backend::cpu, Backend::opencl, Backend::cuda})
+        if (b.is_string() && b.get<std::string>() == backend_name(k)) dev.backend = k;
+      if (!dev.backend) throw file_error(source, where + ": backend: expected \"cpu\", \"opencl\" or \"cuda\", got " + b.dump());
+    }
     if (d.contains("update_seconds_per_param")) {
       dev.update_seconds_per_param = get_number(d, "update_seconds_per_param", source, where, true, 0);
       if (!std::isfinite(dev.update_seconds_per_param) || dev.update_seconds_per_param < 0)
@@ -216,7 +222,7 @@ Cluster load_cluster(const std::string& path) {
 namespace {
 json link_json(const LinkProfile& l) {
   json j = {{"mbps", l.mbps}, {"latency_ms", l.latency_ms}};
-  if (l.encoding) j["encoding"] = encoding_name(*l.encoding);
+  if (l.encoding) j["encoding"] = transport::encoding_name(*l.encoding);
   return j;
 }
 }  // namespace
@@ -227,6 +233,7 @@ json cluster_to_json(const Cluster& c) {
     json j = {{"name", d.name}, {"memory", d.memory_bytes}, {"gflops", d.gflops}};
     if (d.layer_seconds_per_sample) j["layer_seconds"] = *d.layer_seconds_per_sample;
     if (d.update_seconds_per_param > 0) j["update_seconds_per_param"] = d.update_seconds_per_param;
+    if (d.backend) j["backend"] = backend_name(*d.backend);
     if (!d.host.empty()) {
       j["host"] = d.host;
       j["host_cores"] = d.host_cores;

@@ -14,8 +14,11 @@
 //     file gives b -> a itself. "latency_ms" defaults to 0, and "encoding"
 //     ("f32" | "f16" | "int8") optionally overrides the plan's encoding;
 //   - default_link is optional (1000 Mbit/s, 0.5 ms);
-//   - informational fields ("backend", "address", "description") are allowed,
-//     any other unknown field is an error (it is probably a typo).
+//   - a device may name its "backend" ("cpu" | "opencl" | "cuda"): the memory
+//     model then counts that backend's op temporaries (memory_model.h), else
+//     the largest of any backend;
+//   - informational fields ("address", "description") are allowed, any other
+//     unknown field is an error (it is probably a typo).
 // Every error names the file and the entry: "FILE: devices[2] ('pi'): memory: ...".
 #pragma once
 

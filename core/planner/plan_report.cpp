@@ -80,7 +80,7 @@ json to_json(const Plan& plan, const ModelProfile& model) {
           {"microbatches", plan.options.microbatches},
           {"batch", plan.options.batch},
           {"microbatch_size", plan.microbatch_size},
-          {"encoding", encoding_name(plan.options.encoding)},
+          {"encoding", transport::encoding_name(plan.options.encoding)},
           {"num_stages", plan.stages.size()},
           {"stages", stages},
           {"unused_devices", plan.unused_devices},

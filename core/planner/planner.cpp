@@ -34,6 +34,11 @@ std::string device_label(const Cluster& c, int k) { return "device " + std::to_s
 
 bool finite_nonneg(double v) { return std::isfinite(v) && v >= 0; }
 
+// Bytes on the wire per float32 value: 1 (f32), 0.5 (f16), 0.25 (int8).
+double encoding_factor(transport::Encoding e) {
+  return static_cast<double>(transport::encoded_element_size(e)) / sizeof(float);
+}
+
 void check_link(const LinkProfile& l, const std::string& what) {
   if (!std::isfinite(l.mbps) || l.mbps <= 0)
     throw PlanError(what + ": bandwidth must be a positive number of Mbit/s, got " + std::to_string(l.mbps));
@@ -42,14 +47,6 @@ void check_link(const LinkProfile& l, const std::string& what) {
 }
 
 }  // namespace
-
-const char* schedule_name(Schedule s) { return s == Schedule::gpipe ? "gpipe" : "1f1b"; }
-
-Schedule parse_plan_schedule(const std::string& s) {
-  if (s == "gpipe") return Schedule::gpipe;
-  if (s == "1f1b") return Schedule::one_f_one_b;
-  throw std::invalid_argument("unknown schedule '" + s + "' (use gpipe or 1f1b)");
-}
 
 // ---------------------------------------------------------------------------
 // CostModel
@@ -132,21 +129,16 @@ CostModel::CostModel(const ModelProfile& model, const Cluster& cluster, const Pl
       link_beta_[a * d_ + b] = enc_ab / (ab.mbps * 1e6 / 8) + enc_ba / (ba.mbps * 1e6 / 8);
     }
 
-  prefix_fixed_.assign(n_ + 1, 0);
-  prefix_stash_.assign(n_ + 1, 0);
-  std::vector<int64_t> work(n_);
-  for (int i = 0; i < n_; ++i) {
-    const LayerProfile& l = model.layers[i];
-    prefix_fixed_[i + 1] = prefix_fixed_[i] + l.param_bytes + l.grad_bytes + l.optimizer_state_bytes;
-    prefix_stash_[i + 1] = prefix_stash_[i] + l.stash_bytes;
-    work[i] = model.in_act_bytes(i) + l.out_act_bytes + l.workspace_bytes;
-  }
-  working_max_.push_back(work);
-  for (int span = 1; 2 * span <= n_; span *= 2) {
-    const std::vector<int64_t>& prev = working_max_.back();
-    std::vector<int64_t> next(n_ - 2 * span + 1);
-    for (size_t i = 0; i < next.size(); ++i) next[i] = std::max(prev[i], prev[i + span]);
-    working_max_.push_back(std::move(next));
+  std::vector<std::optional<Backend>> backends;
+  for (int k = 0; k < d_; ++k) {
+    const std::optional<Backend>& b = cluster.devices[k].backend;
+    auto it = std::find(backends.begin(), backends.end(), b);
+    if (it == backends.end()) {
+      backends.push_back(b);
+      stage_models_.emplace_back(model, mb_, b);
+      it = backends.end() - 1;
+    }
+    device_model_.push_back(static_cast<int>(it - backends.begin()));
   }
 }
 
@@ -163,15 +155,7 @@ double CostModel::transfer_bytes(int from, int to, int cut) const {
 }
 
 int CostModel::in_flight(int num_stages, int stage) const {
-  if (options_.schedule == Schedule::gpipe) return options_.microbatches;
-  return std::min(num_stages - stage, options_.microbatches);
-}
-
-int64_t CostModel::activation_bytes(int begin, int end, int in_flight) const {
-  const int level = std::bit_width(static_cast<unsigned>(end - begin)) - 1;
-  const int64_t work = std::max(working_max_[level][begin], working_max_[level][end - (1 << level)]);
-  const int64_t stash = prefix_stash_[end] - prefix_stash_[begin] + model_->layers[end - 1].out_act_bytes;
-  return static_cast<int64_t>(in_flight) * mb_ * stash + mb_ * work;
+  return max_in_flight(options_.schedule, stage, num_stages, options_.microbatches);
 }
 
 // ---------------------------------------------------------------------------
@@ -203,8 +187,9 @@ Plan evaluate_plan(const CostModel& cost, const std::vector<int>& devices, const
     st.end = cuts[s + 1];
     for (int i = st.begin; i < st.end; ++i) st.params += model.layers[i].param_count;
     st.in_flight = cost.in_flight(p, s);
-    st.weight_state_bytes = cost.fixed_bytes(st.begin, st.end);
-    st.memory_bytes = cost.memory_bytes(st.begin, st.end, st.in_flight);
+    st.memory = cost.stage_memory(st.device, st.begin, st.end, st.in_flight);
+    st.weight_state_bytes = static_cast<int64_t>(st.memory.weight_state());
+    st.memory_bytes = static_cast<int64_t>(st.memory.total());
     st.memory_available = cost.device_memory(st.device);
     st.compute_seconds = cost.compute_seconds(st.device, st.begin, st.end);
     if (s + 1 < p) {
@@ -304,7 +289,11 @@ class Search {
     max_stages_ = std::min(d_, n_);
     if (o.max_stages > 0) max_stages_ = std::min(max_stages_, o.max_stages);
     words_ = (n_ + 63) / 64;
-    nf_ = o.schedule == Schedule::gpipe ? 1 : std::min(max_stages_, o.microbatches);
+    // The in-flight counts a stage can have: the schedule's rule depends on the stages from it
+    // to the last only, grows with them and then stays (schedule.h), so the first stage of a
+    // suffix of k stages has f_of(fi_of(k)), and nf_ counts the distinct values.
+    nf_ = 1;
+    while (nf_ < max_stages_ && cost.in_flight(nf_ + 1, 0) != cost.in_flight(nf_, 0)) ++nf_;
 
     // g_mem_[(k * nf + fi) * (n + 1) + i]: smallest start h such that [h, i) fits device k's
     // memory with f(fi) micro-batches in flight; i when not even [i - 1, i) fits.
@@ -315,7 +304,7 @@ class Search {
           int lo = 0, hi = i;  // answer in [lo, hi]; hi means none
           while (lo < hi) {
             const int mid = (lo + hi) / 2;
-            if (c_.memory_bytes(mid, i, f_of(fi)) <= c_.device_memory(k)) hi = mid; else lo = mid + 1;
+            if (c_.memory_bytes(k, mid, i, f_of(fi)) <= c_.device_memory(k)) hi = mid; else lo = mid + 1;
           }
           g_mem_[gidx(k, fi, i)] = lo;
         }
@@ -742,11 +731,9 @@ class Search {
     return false;
   }
 
-  int f_of(int fi) const { return c_.options().schedule == Schedule::gpipe ? c_.options().microbatches : fi + 1; }
+  int f_of(int fi) const { return c_.in_flight(fi + 1, 0); }
   // Index of the in-flight count of the first stage of a suffix of `suffix_stages` stages.
-  int fi_of(int suffix_stages) const {
-    return c_.options().schedule == Schedule::gpipe ? 0 : std::min(suffix_stages, c_.options().microbatches) - 1;
-  }
+  int fi_of(int suffix_stages) const { return std::min(suffix_stages, nf_) - 1; }
   size_t gidx(int k, int fi, int i) const { return (static_cast<size_t>(k) * nf_ + fi) * (n_ + 1) + i; }
   size_t tidx(int a, int b, int i) const { return (static_cast<size_t>(a) * d_ + b) * (n_ + 1) + i; }
   // The starts of live state (set, k) after a pass (k must be in present_[set]).
@@ -888,11 +875,13 @@ std::string describe_layer(const CostModel& c, int i) {
   // The fewest micro-batches any stage keeps: 1 for the last stage under 1F1B.
   const int min_flight = c.in_flight(1, 0);
   for (int i = 0; i < c.num_layers(); ++i) {
-    const int64_t need = c.memory_bytes(i, i + 1, min_flight);
-    if (need > c.device_memory(largest)) {
+    bool fits = false;
+    for (int k = 0; k < c.num_devices() && !fits; ++k) fits = c.memory_bytes(k, i, i + 1, min_flight) <= c.device_memory(k);
+    const int64_t need = c.memory_bytes(largest, i, i + 1, min_flight);
+    if (!fits) {
       throw PlanError(describe_layer(c, i) + " needs " + format_bytes(static_cast<double>(need)) + " (" +
                       format_bytes(static_cast<double>(c.fixed_bytes(i, i + 1))) + " of weights + gradients + optimizer state + " +
-                      format_bytes(static_cast<double>(c.activation_bytes(i, i + 1, min_flight))) + " of activations " +
+                      format_bytes(static_cast<double>(c.activation_bytes(largest, i, i + 1, min_flight))) + " of activations " +
                       batch_desc + ") and fits on no device: " + largest_desc +
                       "; add memory, lower --batch or --microbatches, or use a smaller optimizer state");
     }
@@ -908,7 +897,7 @@ std::string describe_layer(const CostModel& c, int i) {
   throw PlanError("no split of the " + std::to_string(c.num_layers()) + " layers over the " +
                   std::to_string(c.num_devices()) + " devices" + limit + " fits in memory: weights + gradients + state total " +
                   format_bytes(static_cast<double>(fixed)) + ", the whole model's activations " + batch_desc + " add " +
-                  format_bytes(static_cast<double>(c.activation_bytes(0, c.num_layers(), min_flight))) +
+                  format_bytes(static_cast<double>(c.activation_bytes(largest, 0, c.num_layers(), min_flight))) +
                   ", devices total " + format_bytes(static_cast<double>(total_memory)) + " (" + largest_desc +
                   "); add memory or devices, lower --batch or --microbatches");
 }

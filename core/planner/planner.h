@@ -8,9 +8,10 @@
 // (activations forward + gradients back). Ties go to fewer stages. Every stage
 // must fit its device's memory: weights, gradients, optimizer state, the
 // micro-batches the schedule keeps in flight and one micro-batch of working
-// buffers. The search is exact (docs/planner.md gives the cost model, the
-// algorithm and the optimality argument); CostModel is the one place the costs
-// are computed, shared by the planner, its report and the tests' brute force.
+// buffers (memory_model.h, the one memory model). The search is exact
+// (docs/planner.md gives the cost model, the algorithm and the optimality
+// argument); CostModel is the one place the costs are computed, shared by the
+// planner, its report and the tests' brute force.
 #pragma once
 
 #include <cstdint>
@@ -18,6 +19,8 @@
 #include <string>
 #include <vector>
 
+#include "core/pipeline/schedule.h"
+#include "core/planner/memory_model.h"
 #include "core/planner/profile.h"
 
 namespace cleave {
@@ -27,16 +30,13 @@ struct PlanError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-enum class Schedule { gpipe, one_f_one_b };
-const char* schedule_name(Schedule s);             // "gpipe", "1f1b"
-// Parses "gpipe" | "1f1b"; throws std::invalid_argument otherwise.
-Schedule parse_plan_schedule(const std::string& s);
-
+// Schedules are the pipeline's (ScheduleKind, core/pipeline/schedule.h) and
+// encodings the transport's (transport::Encoding, transport/codec.h).
 struct PlanOptions {
-  Schedule schedule = Schedule::one_f_one_b;
+  ScheduleKind schedule = ScheduleKind::one_f_one_b;
   int microbatches = 4;              // M >= 1
   int64_t batch = 64;                // B >= M samples per optimizer step
-  Encoding encoding = Encoding::f32; // activations / gradients on links (unless a link overrides)
+  transport::Encoding encoding = transport::Encoding::kF32;  // activations / gradients on links (unless a link overrides)
   int max_stages = 0;                // 0: up to one stage per device
 };
 
@@ -63,18 +63,24 @@ class CostModel {
   double transfer_seconds(int from, int to, int cut) const;
   // Bytes crossing the cut before layer `cut` per batch, one direction, encoded.
   double transfer_bytes(int from, int to, int cut) const;
-  // Micro-batches stage `stage` of `num_stages` keeps in flight: M (GPipe),
-  // min(num_stages - stage, M) (1F1B).
+  // Micro-batches stage `stage` of `num_stages` keeps in flight:
+  // max_in_flight(schedule, stage, num_stages, M) (core/pipeline/schedule.h).
   int in_flight(int num_stages, int stage) const;
-  // Weights + gradients + optimizer state of layers [begin, end).
-  int64_t fixed_bytes(int begin, int end) const { return prefix_fixed_[end] - prefix_fixed_[begin]; }
-  // Activation memory of a stage [begin, end) keeping `in_flight` micro-batches:
-  // in_flight * mb * (sum of stash bytes + the stage's output) + mb * max over its
-  // layers of (input + output + workspace) (the working gradient buffers and a
-  // layer's temporaries).
-  int64_t activation_bytes(int begin, int end, int in_flight) const;
-  int64_t memory_bytes(int begin, int end, int in_flight) const {
-    return fixed_bytes(begin, end) + activation_bytes(begin, end, in_flight);
+  // The memory model (memory_model.h) of a stage [begin, end) on `device`
+  // (its DeviceProfile::backend) keeping `in_flight` micro-batches of
+  // microbatch_size() samples.
+  StageMemory stage_memory(int device, int begin, int end, int in_flight) const {
+    return stage_models_[device_model_[device]].stage(begin, end, in_flight);
+  }
+  // Weights + gradients + optimizer state of layers [begin, end) (on any device).
+  int64_t fixed_bytes(int begin, int end) const { return stage_models_.front().weight_state_bytes(begin, end); }
+  // Activations in flight + one micro-batch's workspace of that stage.
+  int64_t activation_bytes(int device, int begin, int end, int in_flight) const {
+    return memory_bytes(device, begin, end, in_flight) - fixed_bytes(begin, end);
+  }
+  // All of it: stage_memory(device, begin, end, in_flight).total().
+  int64_t memory_bytes(int device, int begin, int end, int in_flight) const {
+    return static_cast<int64_t>(stage_memory(device, begin, end, in_flight).total());
   }
   int64_t device_memory(int device) const { return memory_[device]; }
 
@@ -90,10 +96,10 @@ class CostModel {
   int64_t batch_, mb_;
   std::vector<std::vector<double>> prefix_seconds_;  // [device][i]: per-sample seconds of layers [0, i)
   std::vector<std::vector<double>> prefix_update_;   // [device][i]: optimizer-step seconds of layers [0, i)
-  std::vector<int64_t> prefix_fixed_, prefix_stash_;
+  std::vector<MemoryModel> stage_models_;  // one per distinct backend among the devices
+  std::vector<int> device_model_;          // [device]: its model in stage_models_
   std::vector<int64_t> memory_;
   std::vector<double> link_alpha_, link_beta_;  // [from * d + to]: M * latency, seconds per byte (both incl. encoding)
-  std::vector<std::vector<int64_t>> working_max_;  // sparse table of max(in + out + workspace) per layer
 };
 
 struct StagePlan {
@@ -102,8 +108,9 @@ struct StagePlan {
   int begin = 0, end = 0;        // layers [begin, end)
   int64_t params = 0;            // float parameters of the stage
   int in_flight = 0;             // micro-batches kept for backward
-  int64_t memory_bytes = 0;      // needed: weights + grads + state + activations
+  int64_t memory_bytes = 0;      // needed: memory.total(), what the stage's daemon checks and the coordinator reports
   int64_t weight_state_bytes = 0;  // of which weights + grads + optimizer state
+  StageMemory memory;            // memory_bytes by what holds it (memory_model.h)
   int64_t memory_available = 0;  // the device's usable memory
   double compute_seconds = 0;    // per batch
   double transfer_seconds = 0;   // per batch, the cut after this stage (0 for the last)

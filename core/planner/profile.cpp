@@ -5,21 +5,20 @@
 
 #include "core/model/model_spec.h"
 #include "core/nn/layer.h"
+#include "core/optim/optimizer.h"
 
 namespace cleave {
 
-int optimizer_state_multiplier(const std::string& optimizer_kind, double momentum) {
-  if (optimizer_kind == "adam" || optimizer_kind == "adamw") return 2;
-  if (optimizer_kind == "sgd") return momentum != 0 ? 1 : 0;
-  throw std::invalid_argument("unknown optimizer '" + optimizer_kind + "' (use sgd, adam or adamw)");
-}
-
 ModelProfile profile_model(const ModelSpec& spec, const std::string& optimizer_kind, double momentum) {
-  const int state_mult = optimizer_state_multiplier(optimizer_kind, momentum);
+  const int state_mult = optimizer_state_count(optimizer_kind, momentum);
   ModelProfile p;
   p.name = spec.name;
   p.optimizer = optimizer_kind;
   p.input_bytes_per_sample = numel(spec.input) * 4;
+  // nn/loss.cpp: targets (one class index per row, or the output's shape for
+  // mse) and the per-row loss; cross-entropy adds the per-row argmax hit.
+  const int64_t outputs = numel(spec.shapes.back());
+  p.loss_bytes_per_sample = 4 * (spec.loss == LossKind::cross_entropy ? 1 + 1 + 1 : outputs + 1);
   for (int i = 0; i < spec.num_layers(); ++i) {
     const Shape& in = spec.shapes[i];
     std::unique_ptr<Layer> layer = make_layer(spec.layers[i], in);
@@ -34,34 +33,12 @@ ModelProfile profile_model(const ModelSpec& spec, const std::string& optimizer_k
     l.out_act_bytes = 4 * numel(spec.shapes[i + 1]);
     l.stash_bytes = 4 * (numel(in) + layer->saved_floats_per_sample(in));
     l.workspace_bytes = 4 * layer->workspace_floats_per_sample(in);
+    l.workspace_for = [shared = std::shared_ptr<const Layer>(std::move(layer)), in](int64_t samples, Backend backend) {
+      return shared->workspace_bytes(in, samples, backend);
+    };
     p.layers.push_back(std::move(l));
   }
   return p;
-}
-
-double encoding_factor(Encoding e) {
-  switch (e) {
-    case Encoding::f32: return 1.0;
-    case Encoding::f16: return 0.5;
-    case Encoding::int8: return 0.25;
-  }
-  return 1.0;
-}
-
-const char* encoding_name(Encoding e) {
-  switch (e) {
-    case Encoding::f32: return "f32";
-    case Encoding::f16: return "f16";
-    case Encoding::int8: return "int8";
-  }
-  return "f32";
-}
-
-Encoding parse_encoding(const std::string& s) {
-  if (s == "f32") return Encoding::f32;
-  if (s == "f16") return Encoding::f16;
-  if (s == "int8") return Encoding::int8;
-  throw std::invalid_argument("unknown encoding '" + s + "' (use f32, f16 or int8)");
 }
 
 int Cluster::index_of(const std::string& name) const {

@@ -12,16 +12,21 @@
 //   - every byte count assumes float32 tensors (4 bytes per element);
 //   - backward FLOPs = 2 x forward for layers with parameters (input gradient
 //     and weight gradient), = 1 x forward for parameter-free layers;
-//   - optimizer state: sgd without momentum 0, sgd with momentum 1 x the
-//     parameter bytes, adam / adamw 2 x.
+//   - optimizer state: optimizer_state_count (core/optim/optimizer.h) x the
+//     parameter bytes: sgd without momentum 0, sgd with momentum 1, adam / adamw 2.
+// What a stage of these layers needs in memory is memory_model.h's.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "device/device.h"
+#include "transport/codec.h"
 
 namespace cleave {
 
@@ -37,7 +42,11 @@ struct LayerProfile {
   int64_t grad_bytes = 0;             // = param_bytes
   int64_t out_act_bytes = 0;          // per sample: the output, what crosses a cut after this layer
   int64_t stash_bytes = 0;            // per sample kept for backward: the input + saved context
-  int64_t workspace_bytes = 0;        // per sample of temporaries while the layer runs (conv columns)
+  int64_t workspace_bytes = 0;        // per sample of temporaries while the layer runs, on any device (conv columns)
+  // The same temporaries for a micro-batch of `samples` on a device of `backend`
+  // (Layer::workspace_bytes), when the profile comes from a model's layers;
+  // hand-written profiles leave it empty and count samples * workspace_bytes.
+  std::function<int64_t(int64_t samples, Backend backend)> workspace_for;
 };
 
 struct ModelProfile {
@@ -45,27 +54,23 @@ struct ModelProfile {
   std::string optimizer;              // optimizer the state bytes were computed for
   std::vector<LayerProfile> layers;
   int64_t input_bytes_per_sample = 0;  // the model's input, per sample
+  // Per sample, what the loss holds on the last stage: the targets and its
+  // per-row values (loss, and for cross-entropy the per-row hit).
+  int64_t loss_bytes_per_sample = 0;
 
   int num_layers() const { return static_cast<int>(layers.size()); }
   // Per-sample bytes of layer i's input (the model input for i = 0).
   int64_t in_act_bytes(int i) const { return i == 0 ? input_bytes_per_sample : layers[i - 1].out_act_bytes; }
 };
 
-// Optimizer-state floats per parameter: 0 (sgd, momentum 0), 1 (sgd with
-// momentum), 2 (adam, adamw). Throws std::invalid_argument for another kind.
-int optimizer_state_multiplier(const std::string& optimizer_kind, double momentum);
-
 // The profile of `spec` trained with `optimizer_kind` (sgd | adam | adamw).
 // Throws std::invalid_argument for an unknown optimizer (or a layer the
 // registry rejects, which a loaded ModelSpec never has).
 ModelProfile profile_model(const ModelSpec& spec, const std::string& optimizer_kind, double momentum);
 
-// How activations and gradients travel on a link: bytes per float32 value.
-enum class Encoding { f32, f16, int8 };
-double encoding_factor(Encoding e);      // 1, 0.5, 0.25
-const char* encoding_name(Encoding e);   // "f32", "f16", "int8"
-// Parses "f32" | "f16" | "int8"; throws std::invalid_argument otherwise.
-Encoding parse_encoding(const std::string& s);
+// How activations and gradients travel on a link is transport::Encoding
+// (transport/codec.h: its names, parser and bytes per value), the same enum
+// the links use.
 
 struct DeviceProfile {
   std::string name;
@@ -84,12 +89,15 @@ struct DeviceProfile {
   std::string host{};
   double host_cores = 0;
   double cpu_threads = 0;
+  // The device's backend, when known: the memory model then counts the
+  // temporaries that backend's ops take; unknown, the largest of any backend.
+  std::optional<Backend> backend{};
 };
 
 struct LinkProfile {
   double mbps = 1000;        // bandwidth, megabits per second (10^6 bit/s)
   double latency_ms = 0.5;   // one-way latency per message
-  std::optional<Encoding> encoding;  // overrides the plan's encoding on this link
+  std::optional<transport::Encoding> encoding;  // overrides the plan's encoding on this link
 };
 
 // Devices plus directional links between them. link(a, b) is the explicit

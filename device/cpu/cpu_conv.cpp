@@ -157,6 +157,17 @@ void CpuDevice::col2im(const Tensor& cols, const Tensor& dx, const Window2d& g) 
 // batch-wide columns, its axis swaps and their trips through memory all go away.
 // A batch of one runs on the calling thread with OpenBLAS threading the GEMMs.
 
+size_t CpuDevice::conv2d_workspace_bytes(const Window2d& g, int64_t oc) {
+  if (g.n == 0) return 0;
+  const int64_t ckk = g.c * g.kh * g.kw, ohw = g.out_h() * g.out_w();
+  const int64_t cols = pointwise(g) ? 0 : ckk * ohw;  // one sample's columns per thread
+  const int64_t forward = team_bound(g.n, 2 * oc * ckk * ohw) * cols;
+  const int64_t part = oc * ckk + oc;
+  const int64_t groups = conv_groups(g.n, part);
+  const int64_t backward = groups * part + team_bound(groups, 4 * oc * ckk * ohw * (g.n / groups)) * cols;
+  return static_cast<size_t>(std::max(forward, backward)) * sizeof(float);
+}
+
 void CpuDevice::conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& y,
                                const Window2d& g, int64_t oc) {
   check_conv2d_forward(*this, x, w, b, y, g, oc);

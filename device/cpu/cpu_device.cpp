@@ -26,6 +26,30 @@ using namespace cpu_detail;
 
 namespace {
 
+// An op's host scratch (per-thread partial sums), taken from the device's pool
+// so that it counts like a tensor: in the bytes in use, their peak and the
+// memory limit. n values of T, zero-initialised.
+template <typename T>
+class Scratch {
+ public:
+  Scratch(HostPool& pool, size_t n)
+      : pool_(pool), n_(n), bytes_(n * sizeof(T)), data_(static_cast<T*>(pool.allocate(bytes_))) {
+    std::fill_n(data_, n_, T{});
+  }
+  ~Scratch() { pool_.release(data_, bytes_); }
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  T* data() const { return data_; }
+  T& operator[](size_t i) const { return data_[i]; }
+  T* begin() const { return data_; }
+  T* end() const { return data_ + n_; }
+
+ private:
+  HostPool& pool_;
+  size_t n_, bytes_;
+  T* data_;
+};
+
 inline float gelu(float x) { return 0.5f * x * (1.0f + std::erf(x * 0.70710678118654752f)); }
 inline float gelu_grad(float x) {
   const float cdf = 0.5f * (1.0f + std::erf(x * 0.70710678118654752f));
@@ -82,11 +106,16 @@ std::shared_ptr<Buffer> CpuDevice::allocate(size_t bytes) {
 }
 
 int CpuDevice::team_size(int64_t n, int64_t cost) const {
-  if (threads_ <= 1 || n <= 1) return 1;
-  const int64_t work = n * std::max<int64_t>(cost, 1);
-  if (work < kMinParallelWork) return 1;
-  const int64_t by_work = work / (kMinParallelWork / 2);
-  return static_cast<int>(std::min<int64_t>({threads_, n, by_work}));
+  if (threads_ <= 1) return 1;
+  return static_cast<int>(std::min<int64_t>(threads_, team_bound(n, cost)));
+}
+
+size_t CpuDevice::bias_grad_rows_workspace_bytes(int64_t rows, int64_t features) {
+  return static_cast<size_t>(team_bound(rows, features) * features) * sizeof(float);  // bias_grad_rows' partials
+}
+
+size_t CpuDevice::layernorm_backward_workspace_bytes(int64_t rows, int64_t cols) {
+  return static_cast<size_t>(team_bound(rows, cols * 6) * 2 * cols) * sizeof(float);  // layernorm_backward's partials
 }
 
 void CpuDevice::upload(const Tensor& dst, const float* src) {
@@ -240,7 +269,7 @@ void CpuDevice::bias_grad_rows(const Tensor& dy, const Tensor& db, int64_t rows,
   const float* pdy = ptr(dy);
   float* pdb = ptr(db);
   const int team = team_size(rows, features);
-  std::vector<float> partial(static_cast<size_t>(team * features), 0.f);
+  const Scratch<float> partial(*pool_, static_cast<size_t>(team * features));
   run_chunks(team, rows, [&](int t, int64_t s, int64_t e) {
     float* __restrict acc = partial.data() + t * features;
     for (int64_t r = s; r < e; ++r) {
@@ -510,7 +539,7 @@ void CpuDevice::layernorm_backward(const Tensor& x, const Tensor& gamma, const T
   const float* __restrict pm = ptr(mean);
   const float* __restrict pr = ptr(rstd);
   const int team = team_size(rows, cols * 6);
-  std::vector<float> partial(static_cast<size_t>(team) * 2 * static_cast<size_t>(cols), 0.f);
+  const Scratch<float> partial(*pool_, static_cast<size_t>(team) * 2 * static_cast<size_t>(cols));
   run_chunks(team, rows, [&](int t, int64_t s, int64_t e) {
     float* __restrict dg = partial.data() + static_cast<int64_t>(t) * 2 * cols;
     float* __restrict dbt = dg + cols;
@@ -696,7 +725,7 @@ float CpuDevice::sum_squares(const Tensor& t) {
   const float* p = ptr(t);
   const int64_t n = t.numel();
   const int team = team_size(n, 1);
-  std::vector<double> partial(static_cast<size_t>(team), 0.0);
+  const Scratch<double> partial(*pool_, static_cast<size_t>(team));
   run_chunks(team, n, [&](int tid, int64_t b, int64_t e) {
     double total = 0;
     constexpr int64_t kBlock = 4096;

@@ -35,6 +35,8 @@ class CpuDevice final : public Device {
   void fill(const Tensor& t, float value) override;
   void synchronize() override {}
   void release_cached_memory() override { pool_->trim(); }
+  size_t peak_bytes_in_use() const override { return pool_->peak_in_use(); }
+  void reset_peak() override { pool_->reset_peak(); }
 
   void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const Tensor& a,
             int64_t lda, const Tensor& b, int64_t ldb, float beta, const Tensor& c, int64_t ldc) override;
@@ -85,6 +87,12 @@ class CpuDevice final : public Device {
   void adam_step(const Tensor& params, const Tensor& grads, const Tensor& m, const Tensor& v,
                  const AdamStep& s) override;
   float sum_squares(const Tensor& t) override;
+
+  // Upper bounds, whatever the thread count, of the bytes of scratch these ops take
+  // while they run (the memory model's workspace, device.h's *_workspace_bytes).
+  static size_t conv2d_workspace_bytes(const Window2d& g, int64_t oc);
+  static size_t bias_grad_rows_workspace_bytes(int64_t rows, int64_t features);
+  static size_t layernorm_backward_workspace_bytes(int64_t rows, int64_t cols);
 
   int threads() const { return threads_; }
   size_t bytes_in_use() const { return pool_->in_use(); }

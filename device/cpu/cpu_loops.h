@@ -15,6 +15,17 @@ namespace cleave::cpu_detail {
 // Below this many elementary operations a loop runs on the calling thread.
 inline constexpr int64_t kMinParallelWork = 1 << 16;
 
+// Most threads worth using for n items of `cost` elementary operations each, on
+// a machine with cores enough: 1 below kMinParallelWork, else one per half of
+// it, at most n. CpuDevice::team_size caps it with the device's thread count;
+// alone it bounds the per-thread scratch of an op whatever that count is.
+inline int64_t team_bound(int64_t n, int64_t cost) {
+  if (n <= 1) return 1;
+  const int64_t work = n * std::max<int64_t>(cost, 1);
+  if (work < kMinParallelWork) return 1;
+  return std::min(n, work / (kMinParallelWork / 2));
+}
+
 // Runs f(chunk, begin, end) over [0, n) split into `team` contiguous chunks.
 template <class F>
 void run_chunks(int team, int64_t n, F&& f) {

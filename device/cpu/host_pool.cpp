@@ -20,6 +20,16 @@ void HostPool::trim() {
   drop_cache();
 }
 
+size_t HostPool::peak_in_use() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return peak_in_use_;
+}
+
+void HostPool::reset_peak() {
+  std::lock_guard<std::mutex> lock(mu_);
+  peak_in_use_ = in_use_.load();
+}
+
 size_t HostPool::cached() const {
   std::lock_guard<std::mutex> lock(mu_);
   return cached_;
@@ -70,6 +80,7 @@ void* HostPool::allocate(size_t bytes) {
                         " MiB in use by this device)");
   }
   in_use_.store(used + bytes);
+  peak_in_use_ = std::max(peak_in_use_, used + bytes);
   held_ += size;
   peak_ = std::max(peak_, held_);
   return block;

@@ -13,7 +13,8 @@
 // cross it frees cached blocks first). When a released block does not fit, the blocks
 // released longest ago are freed to make room: sizes a loop no longer asks for
 // age out, and the ones it does keep coming back. The limit counts what tensors hold, as before:
-// bytes_in_use() is the sum of live allocations, not of cached blocks.
+// bytes_in_use() is the sum of live allocations, not of cached blocks; peak_in_use() is its
+// high-water mark (Device::peak_bytes_in_use).
 #pragma once
 
 #include <algorithm>
@@ -44,6 +45,9 @@ class HostPool {
   void trim();
 
   size_t in_use() const { return in_use_.load(); }
+  // The largest in_use() since construction or the last reset_peak().
+  size_t peak_in_use() const;
+  void reset_peak();
   size_t cached() const;
   size_t limit() const { return limit_; }
 
@@ -60,7 +64,8 @@ class HostPool {
   std::atomic<size_t> in_use_{0};
   mutable std::mutex mu_;
   size_t held_ = 0;    // bytes of the blocks in use (rounded sizes)
-  size_t peak_ = 0;    // largest held_ so far
+  size_t peak_ = 0;    // largest held_ so far (bounds the cache)
+  size_t peak_in_use_ = 0;  // largest in_use_ since the last reset_peak()
   size_t cached_ = 0;      // bytes held in order_
   std::list<Cached> order_;  // released blocks, oldest first
   std::unordered_multimap<size_t, std::list<Cached>::iterator> by_size_;  // rounded size -> entry of order_

@@ -1,10 +1,12 @@
 // test_host_pool.cpp: the CPU backend's block pool (device/cpu/host_pool.h):
 // released blocks come back for the same size, the cache stays within the peak
-// in use and the memory limit, and old sizes age out.
+// in use and the memory limit, and old sizes age out; the device's peak bytes in
+// use count every allocation, the ops' own scratch included.
 #include <catch2/catch.hpp>
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "device/cpu/cpu_device.h"
 #include "device/cpu/host_pool.h"
@@ -94,4 +96,71 @@ TEST_CASE("cpu device tensors reuse released memory", "[device][memory]") {
   dev.release_cached_memory();  // what a daemon does when its job ends
   CHECK(dev.bytes_cached() == 0);
   CHECK(dev.bytes_in_use() == 1u << 20);
+}
+
+TEST_CASE("host pool keeps the peak bytes in use until reset_peak", "[device][memory]") {
+  HostPool pool(0);
+  void* a = pool.allocate(1000);
+  void* b = pool.allocate(3000);
+  CHECK(pool.peak_in_use() == 4000);  // requested bytes, not rounded blocks
+  pool.release(b, 3000);
+  CHECK(pool.peak_in_use() == 4000);  // a high-water mark
+  void* c = pool.allocate(3000);      // served from the cache: still counted
+  CHECK(pool.peak_in_use() == 4000);
+  pool.release(c, 3000);
+  pool.reset_peak();
+  CHECK(pool.peak_in_use() == 1000);  // what is in use now
+  void* d = pool.allocate(500);
+  CHECK(pool.peak_in_use() == 1500);
+  pool.release(d, 500);
+  pool.release(a, 1000);
+  CHECK(pool.peak_in_use() == 1500);
+}
+
+TEST_CASE("a CPU device's peak counts its tensors and its ops' own scratch", "[device][memory]") {
+  DeviceOptions opts;
+  opts.threads = 2;
+  CpuDevice dev(opts);
+  const size_t start = dev.bytes_in_use();
+  dev.reset_peak();
+  CHECK(dev.peak_bytes_in_use() == start);
+  {
+    Tensor a(dev, {1000});
+    Tensor b(dev, {3000});
+    CHECK(dev.peak_bytes_in_use() == start + 16000);
+  }
+  CHECK(dev.bytes_in_use() == start);
+  CHECK(dev.peak_bytes_in_use() == start + 16000);
+  dev.reset_peak();
+  CHECK(dev.peak_bytes_in_use() == start);
+  // bias_grad_rows sums rows into per-thread partials taken from the pool: they show in
+  // the peak (and count against --memory-limit) although they are gone when it returns.
+  const int64_t rows = 4096, features = 64;
+  Tensor dy(dev, {rows, features});
+  Tensor db(dev, {features});
+  dev.fill(dy, 1.f);
+  dev.fill(db, 0.f);
+  dev.reset_peak();
+  const size_t held = dev.bytes_in_use();
+  dev.bias_grad_rows(dy, db, rows, features);
+  CHECK(dev.bytes_in_use() == held);
+  CHECK(dev.peak_bytes_in_use() >= held + features * sizeof(float));
+  CHECK(dev.peak_bytes_in_use() - held <= CpuDevice::bias_grad_rows_workspace_bytes(rows, features));
+  CHECK(db.to_host() == std::vector<float>(features, static_cast<float>(rows)));
+  // The convolution's columns and weight-gradient partials, within the bound the memory
+  // model uses.
+  Window2d g;
+  g.n = 8, g.c = 3, g.h = 16, g.w = 16, g.kh = 3, g.kw = 3, g.ph = 1, g.pw = 1;
+  const int64_t oc = 4, ckk = 27, ohw = 256;
+  Tensor x(dev, {g.n, g.c, g.h, g.w}), w(dev, {oc, ckk}), bias(dev, {oc}), y(dev, {g.n, oc, 16, 16});
+  Tensor dw(dev, {oc, ckk}), dbias(dev, {oc}), dx(dev, {g.n, g.c, g.h, g.w});
+  for (const Tensor* t : {&x, &w, &bias, &dw, &dbias}) dev.fill(*t, 0.5f);
+  dev.reset_peak();
+  const size_t before = dev.bytes_in_use();
+  dev.conv2d_forward(x, w, bias, y, g, oc);
+  dev.conv2d_backward(x, w, y, dw, dbias, dx, g, oc);
+  CHECK(dev.peak_bytes_in_use() > before);
+  CHECK(dev.peak_bytes_in_use() - before <= conv2d_workspace_bytes(Backend::cpu, g, oc));
+  // The GPU backends' portable lowering holds the whole batch's columns.
+  CHECK(conv2d_workspace_bytes(Backend::cuda, g, oc) == static_cast<size_t>((ckk + oc) * g.n * ohw) * sizeof(float));
 }

@@ -1,10 +1,12 @@
 // test_layers.cpp: layer forward passes against naive host references, dropout
-// masks, parameter layouts and counts, and make_layer's validation messages.
+// masks, parameter layouts and counts, make_layer's validation messages, and the
+// workspace each layer declares for memory plans against what its ops allocate.
 #include <catch2/catch.hpp>
 
 #include <cmath>
 
 #include "core/nn/layer.h"
+#include "device/cpu/cpu_device.h"
 #include "nn/nn_test_util.h"
 
 using namespace cleave;
@@ -364,4 +366,59 @@ TEST_CASE("forward rejects tensors of the wrong shape", "[nn][errors]") {
   Tensor x2(cpu(), {2, 1, 4, 4}), y2(cpu(), {2, 1, 2, 2}), dy2(cpu(), {2, 1, 2, 2}), dx2(cpu(), {2, 1, 4, 4});
   LayerContext empty;
   CHECK_THROWS_AS(mp->backward(x2, y2, dy2, &dx2, empty), std::logic_error);
+}
+
+TEST_CASE("a layer's workspace bounds the temporaries its ops take", "[nn][memory]") {
+  const std::vector<std::pair<json, Shape>> layers = {
+      {{{"type", "linear"}, {"out_features", 300}}, {200}},
+      {{{"type", "linear"}, {"out_features", 7}, {"bias", false}}, {20}},
+      {{{"type", "conv2d"}, {"out_channels", 8}, {"kernel", 3}, {"padding", 1}}, {3, 12, 12}},
+      {{{"type", "conv2d"}, {"out_channels", 5}, {"kernel", 1}}, {4, 6, 6}},
+      {{{"type", "conv2d"}, {"out_channels", 2}, {"kernel", 3}}, {1, 6, 6}},
+      {{{"type", "layernorm"}}, {6, 64}},
+      {{{"type", "maxpool2d"}, {"kernel", 2}}, {3, 8, 8}},
+      {{{"type", "avgpool2d"}, {"kernel", 2}}, {3, 8, 8}},
+      {{{"type", "relu"}}, {50}},
+      {{{"type", "gelu"}}, {50}},
+      {{{"type", "dropout"}, {"p", 0.3}}, {50}},
+      {{{"type", "flatten"}}, {2, 5, 5}}};
+  for (const auto& [spec, in] : layers)
+    for (int threads : {1, 3})
+      for (int64_t batch : {1, 5, 40}) {
+        INFO(spec.dump() << " on " << shape_str(in) << ", batch " << batch << ", " << threads << " threads");
+        DeviceOptions opts;
+        opts.threads = threads;
+        CpuDevice dev(opts);
+        std::unique_ptr<Layer> layer = make_layer(spec, in);
+        const int64_t n = layer->param_count();
+        Tensor params, grads;
+        if (n > 0) {
+          params = Tensor(dev, {n});
+          grads = Tensor(dev, {n});
+          dev.fill(params, 0.1f);
+          dev.fill(grads, 0.f);
+          layer->bind(params, grads);
+        }
+        Shape xs = {batch}, ys = {batch};
+        const Shape out = layer->output_shape(in);
+        xs.insert(xs.end(), in.begin(), in.end());
+        ys.insert(ys.end(), out.begin(), out.end());
+        Tensor x(dev, xs), y(dev, ys), dy(dev, ys), dx(dev, xs);
+        dev.fill(x, 0.5f);
+        dev.fill(dy, 0.25f);
+        const int64_t bound = layer->workspace_bytes(in, batch, Backend::cpu);
+        LayerContext ctx;
+        dev.reset_peak();
+        layer->forward(x, y, ctx, true);
+        const int64_t forward_temporaries = static_cast<int64_t>(dev.peak_bytes_in_use() - dev.bytes_in_use());
+        dev.reset_peak();
+        const size_t before = dev.bytes_in_use();
+        layer->backward(x, y, dy, &dx, ctx);
+        const int64_t backward_temporaries = static_cast<int64_t>(dev.peak_bytes_in_use() - before);
+        CHECK(forward_temporaries <= bound);
+        CHECK(backward_temporaries <= bound);
+        // The per-sample count bounds every backend at every batch size.
+        for (Backend b : {Backend::cpu, Backend::opencl, Backend::cuda})
+          CHECK(layer->workspace_bytes(in, batch, b) <= 4 * batch * layer->workspace_floats_per_sample(in));
+      }
 }

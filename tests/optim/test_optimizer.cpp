@@ -279,6 +279,24 @@ TEST_CASE("optimizer state is allocated at construction", "[optim]") {
   CHECK(st[1].to_host() == std::vector<float>(10, 0.f));
 }
 
+TEST_CASE("optimizer_state_count is the number of state buffers the optimizer allocates", "[optim]") {
+  auto dev = cpu();
+  for (const char* kind : {"sgd", "adam", "adamw"})
+    for (float momentum : {0.f, 0.9f}) {
+      OptimizerConfig c = sgd(0.1f, momentum);
+      c.kind = kind;
+      INFO(kind << " momentum " << momentum);
+      const int count = optimizer_state_count(c);
+      CHECK(count == optimizer_state_count(kind, momentum));
+      CHECK(static_cast<int>(Optimizer(*dev, c, 7).state().size()) == count);
+      CHECK(static_cast<int>(optimizer_state_names(c).size()) == count);
+    }
+  CHECK(optimizer_state_count("sgd", 0) == 0);
+  CHECK(optimizer_state_count("sgd", 0.5) == 1);
+  CHECK(optimizer_state_count("adam", 0) == 2);
+  CHECK_THROWS_WITH(optimizer_state_count("lion", 0), Catch::Contains("unknown optimizer 'lion'"));
+}
+
 TEST_CASE("OptimizerConfig::validate names the problem", "[optim][config]") {
   auto fails = [](auto edit, const std::string& text) {
     OptimizerConfig c;

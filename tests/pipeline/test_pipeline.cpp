@@ -1,13 +1,7 @@
 // test_pipeline.cpp: schedules as data, and the stage executor running every
-// stage of a pipeline in one process (threads + queues) against one-process
+// stage of a pipeline in one process (in_process_pipeline.h) against one-process
 // training of the same model: the same losses and the same weights.
 #include <catch2/catch.hpp>
-
-#include <condition_variable>
-#include <deque>
-#include <map>
-#include <mutex>
-#include <thread>
 
 #include "core/model/model_spec.h"
 #include "core/nn/loss.h"
@@ -17,8 +11,10 @@
 #include "core/planner/balance.h"
 #include "core/train/train_config.h"
 #include "core/util/rng.h"
+#include "pipeline/in_process_pipeline.h"
 
 using namespace cleave;
+using namespace cleave::testing;
 
 TEST_CASE("gpipe: all forwards then all backwards, one optimizer step", "[pipeline]") {
   auto a = make_schedule(ScheduleKind::gpipe, 1, 3, 2);
@@ -64,6 +60,27 @@ TEST_CASE("1f1b: warm-up forwards, alternation, drain and bounded in-flight", "[
   CHECK_THROWS_WITH(parse_schedule("zero-bubble"), Catch::Contains("gpipe or 1f1b"));
 }
 
+TEST_CASE("one schedule vocabulary: names round-trip, max_in_flight is each schedule's peak", "[pipeline]") {
+  for (ScheduleKind kind : {ScheduleKind::gpipe, ScheduleKind::one_f_one_b}) {
+    CHECK(parse_schedule(schedule_name(kind)) == kind);
+    for (int p : {1, 2, 3, 5})
+      for (int m : {1, 2, 4, 7})
+        for (int s = 0; s < p; ++s) {
+          int in_flight = 0, peak = 0;
+          for (const Action& a : make_schedule(kind, s, p, m)) {
+            if (a.kind == ActionKind::forward) peak = std::max(peak, ++in_flight);
+            if (a.kind == ActionKind::backward) --in_flight;
+          }
+          INFO(schedule_name(kind) << " stage " << s << " of " << p << ", " << m << " micro-batches");
+          CHECK(max_in_flight(kind, s, p, m) == peak);
+          // It depends on the stages from this one to the last only (the planner relies on it).
+          CHECK(max_in_flight(kind, s, p, m) == max_in_flight(kind, 0, p - s, m));
+        }
+  }
+  CHECK(std::string(schedule_name(ScheduleKind::gpipe)) == "gpipe");
+  CHECK(std::string(schedule_name(ScheduleKind::one_f_one_b)) == "1f1b");
+}
+
 TEST_CASE("balance_ranges minimises the largest stage", "[pipeline]") {
   auto b = balance_ranges({1, 1, 1, 1, 8, 1, 1}, 3);
   REQUIRE(b.size() == 4);
@@ -82,48 +99,6 @@ TEST_CASE("balance_ranges minimises the largest stage", "[pipeline]") {
 }
 
 namespace {
-
-// A blocking queue of tensors keyed by (step, micro-batch).
-class Mailbox {
- public:
-  void put(int64_t step, int mb, Tensor t) {
-    std::lock_guard<std::mutex> lock(mu_);
-    items_[{step, mb}] = std::move(t);
-    cv_.notify_all();
-  }
-  Tensor take(int64_t step, int mb) {
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [&] { return items_.count({step, mb}) > 0; });
-    Tensor t = items_[{step, mb}];
-    items_.erase({step, mb});
-    return t;
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::map<std::pair<int64_t, int>, Tensor> items_;
-};
-
-struct Wires {
-  std::vector<Mailbox> acts, grads;  // acts[s]: into stage s; grads[s]: into stage s from s+1
-  Mailbox inputs, targets;
-  explicit Wires(int p) : acts(p), grads(p) {}
-};
-
-class QueueIO : public StageIO {
- public:
-  QueueIO(Wires& w, int s, int p) : w_(w), s_(s), p_(p) {}
-  Tensor receive_input(int64_t step, int mb) override { return s_ == 0 ? w_.inputs.take(step, mb) : w_.acts[s_].take(step, mb); }
-  Tensor receive_targets(int64_t step, int mb) override { return w_.targets.take(step, mb); }
-  void send_output(int64_t step, int mb, const Tensor& y) override { w_.acts[s_ + 1].put(step, mb, y); }
-  Tensor receive_output_grad(int64_t step, int mb) override { return w_.grads[s_].take(step, mb); }
-  void send_input_grad(int64_t step, int mb, const Tensor& dx) override { w_.grads[s_ - 1].put(step, mb, dx); }
-
- private:
-  Wires& w_;
-  int s_, p_;
-};
 
 std::vector<float> random_vector(size_t n, uint64_t seed, float scale = 1.f) {
   Rng rng(seed);
@@ -163,21 +138,11 @@ TEST_CASE("pipelined stages reproduce one-process training step for step", "[pip
           for (int64_t i = 0; i < batch; ++i) y[i] = static_cast<float>((i * 7 + step) % 5);
           ys.push_back(y);
         }
-        auto feed = [&](Wires& w, int64_t step) {
-          for (int mb = 0; mb < m; ++mb) {
-            int64_t lo = microbatch_offset(batch, m, mb), hi = microbatch_offset(batch, m, mb + 1);
-            Tensor x(*dev, {hi - lo, 1, 8, 8});
-            x.from_host(xs[step].data() + lo * 64);
-            Tensor t(*dev, {hi - lo});
-            t.from_host(ys[step].data() + lo);
-            w.inputs.put(step, mb, x);
-            w.targets.put(step, mb, t);
-          }
-        };
+        auto feed = [&](Wires& w, int64_t step) { feed_batch(w, step, m, batch, xs[step], {1, 8, 8}, ys[step]); };
         for (int64_t step = 0; step < steps; ++step) {
           Wires w(1);
           feed(w, step);
-          QueueIO io(w, 0, 1);
+          QueueIO io(w, 0, *dev);
           auto acts = make_schedule(kind, 0, 1, m);
           ref_losses.push_back(ref.run(acts, io, step, batch, seed).loss_sum / batch);
         }
@@ -195,14 +160,9 @@ TEST_CASE("pipelined stages reproduce one-process training step for step", "[pip
         for (int64_t step = 0; step < steps; ++step) {
           Wires w(p);
           feed(w, step);
-          std::vector<StepMetrics> metrics(p);
-          std::vector<std::thread> threads;
-          for (int s = 0; s < p; ++s)
-            threads.emplace_back([&, s] {
-              QueueIO io(w, s, p);
-              metrics[s] = stages[s]->run(make_schedule(kind, s, p, m), io, step, batch, seed, s == 1 ? &tracer : nullptr);
-            });
-          for (auto& t : threads) t.join();
+          std::vector<Stage*> ptrs;
+          for (auto& st : stages) ptrs.push_back(st.get());
+          const std::vector<StepMetrics> metrics = run_pipeline_step(ptrs, w, kind, m, step, batch, seed, &tracer, 1);
           losses.push_back(metrics[p - 1].loss_sum / batch);
           CHECK(metrics[p - 1].samples == batch);
         }

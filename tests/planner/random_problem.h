@@ -62,13 +62,13 @@ inline Problem random_problem(std::mt19937_64& rng, int max_layers, int max_devi
     for (int b = 0; b < d; ++b)
       if (a != b && pick(0, 2) == 0) {
         LinkProfile l{uni(5, 2000), uni(0, 3), std::nullopt};
-        if (pick(0, 3) == 0) l.encoding = static_cast<Encoding>(pick(0, 2));
+        if (pick(0, 3) == 0) l.encoding = static_cast<transport::Encoding>(pick(0, 2));
         p.cluster.set_link(a, b, l);
       }
-  p.options.schedule = pick(0, 1) ? Schedule::gpipe : Schedule::one_f_one_b;
+  p.options.schedule = pick(0, 1) ? ScheduleKind::gpipe : ScheduleKind::one_f_one_b;
   p.options.microbatches = pick(1, 6);
   p.options.batch = pick(p.options.microbatches, 96);
-  p.options.encoding = static_cast<Encoding>(pick(0, 2));
+  p.options.encoding = static_cast<transport::Encoding>(pick(0, 2));
   p.options.max_stages = pick(0, 4) == 0 ? pick(1, 3) : 0;
   return p;
 }
@@ -95,7 +95,7 @@ inline BruteResult brute_force(const CostModel& cost) {
       double worst = 0;
       bool fits = true;
       for (int t = 0; t < p && fits; ++t) {
-        fits = cost.memory_bytes(cuts[t], cuts[t + 1], cost.in_flight(p, t)) <= cost.device_memory(seq[t]);
+        fits = cost.memory_bytes(seq[t], cuts[t], cuts[t + 1], cost.in_flight(p, t)) <= cost.device_memory(seq[t]);
         worst = std::max(worst, cost.compute_seconds(seq[t], cuts[t], cuts[t + 1]));
         if (t + 1 < p) worst = std::max(worst, cost.transfer_seconds(seq[t], seq[t + 1], cuts[t + 1]));
       }

@@ -49,7 +49,7 @@ TEST_CASE("the issue's devices file parses", "[planner][devices_file]") {
   // pi -> laptop and laptop -> pi both given: each keeps its own.
   CHECK(c.link(1, 2).mbps == 20);
   CHECK(c.link(2, 1).mbps == 40);
-  CHECK(c.link(2, 1).encoding == Encoding::f16);
+  CHECK(c.link(2, 1).encoding == transport::Encoding::kF16);
   CHECK_FALSE(c.link(1, 2).encoding.has_value());
   // Not given: the default.
   CHECK(c.link(0, 2).mbps == 1000);
@@ -155,6 +155,28 @@ TEST_CASE("devices file: optimizer update time and shared machines", "[planner][
   CHECK_THROWS_WITH(parse_cluster(json::parse(R"({"devices": [{"name": "a", "memory": "1G", "gflops": 1, "update_seconds_per_param": -1}]})"),
                                   "devs.json"),
                     Catch::Contains("update_seconds_per_param"));
+}
+
+TEST_CASE("devices file: a device's backend, and the encodings' aliases", "[planner][devices_file]") {
+  const Cluster c = parse_cluster(json::parse(R"({"devices": [
+      {"name": "a", "memory": "1G", "gflops": 1, "backend": "cuda"},
+      {"name": "b", "memory": "1G", "gflops": 1}],
+      "default_link": {"mbps": 100, "encoding": "int8"}})"), "devs.json");
+  CHECK(c.devices[0].backend == Backend::cuda);
+  CHECK_FALSE(c.devices[1].backend.has_value());
+  CHECK(c.default_link.encoding == transport::Encoding::kInt8);
+  const json back = cluster_to_json(c);
+  CHECK(back["devices"][0]["backend"] == "cuda");
+  CHECK_FALSE(back["devices"][1].contains("backend"));
+  CHECK(back["default_link"]["encoding"] == "int8");
+  CHECK(parse_cluster(back, "back").devices[0].backend == Backend::cuda);
+  CHECK_THROWS_WITH(parse_cluster(json::parse(R"({"devices": [{"name": "a", "memory": "1G", "gflops": 1, "backend": "tpu"}]})"),
+                                  "devs.json"),
+                    Catch::Contains("devices[0] ('a'): backend: expected \"cpu\", \"opencl\" or \"cuda\""));
+  CHECK_THROWS_WITH(parse_cluster(json::parse(R"({"devices": [{"name": "a", "memory": "1G", "gflops": 1}],
+                                                  "default_link": {"mbps": 1, "encoding": "bf16"}})"),
+                                  "devs.json"),
+                    Catch::Contains("unknown encoding 'bf16'"));
 }
 
 TEST_CASE("a missing devices file is a clear error", "[planner][devices_file]") {

@@ -111,10 +111,10 @@ void Driver::plan() {
   } else if (opts_.planner == "auto") {
     const Cluster cluster = profile_cluster();
     PlanOptions po;
-    po.schedule = schedule_ == ScheduleKind::gpipe ? Schedule::gpipe : Schedule::one_f_one_b;
+    po.schedule = schedule_;
     po.microbatches = cfg_.microbatches;
     po.batch = cfg_.batch;
-    po.encoding = cleave::parse_encoding(opts_.encoding);
+    po.encoding = encoding_;
     const ModelProfile mp = profile_model(spec_, cfg_.optimizer.kind, cfg_.optimizer.momentum);
     const Plan pl = plan_shared_hosts(mp, cluster, po);
     plan_json_ = to_json(pl, mp);

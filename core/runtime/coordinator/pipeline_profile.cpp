@@ -64,6 +64,10 @@ Cluster Driver::profile_cluster() {
     const auto reg = nlohmann::json::parse(d.reg.details_json.empty() ? "{}" : d.reg.details_json, nullptr, false);
     if (!reg.is_discarded() && reg.is_object()) {
       caps[i] = reg.value("bandwidth_limit_bytes_per_sec", 0.0) * 8 / 1e6;
+      // Its backend: the planner then sizes the stage exactly as the daemon will admit it.
+      if (reg.contains("backend") && reg["backend"].is_string())
+        for (Backend k : {Backend::cpu, Backend::opencl, Backend::cuda})
+          if (reg["backend"].get<std::string>() == backend_name(k)) dp.backend = k;
       if (reg.contains("host")) {  // which machine it shares with whom (daemons on one box slow each other down)
         dp.host = reg.value("host", std::string());
         dp.host_cores = reg.value("cpu_cores", 0.0);

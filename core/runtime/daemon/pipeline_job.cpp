@@ -130,7 +130,7 @@ std::unique_ptr<StageJob> build_stage(const JobContext& ctx, const AssignMsg& a)
   const OptimizerConfig ocfg = from_wire(a.optimizer);
   const StageMemory need = estimate_stage_memory(j->spec, a.layer_begin, a.layer_end, ocfg, pj.batch,
                                                  max_in_flight(j->schedule, a.stage, a.num_stages, j->microbatches),
-                                                 j->microbatches);
+                                                 j->microbatches, ctx.device.backend());
   const MemoryInfo mem = ctx.device.memory();
   if (need.total() > mem.free)
     throw OutOfMemory(opts.name + " cannot host stage " + std::to_string(a.stage) + " (layers " +

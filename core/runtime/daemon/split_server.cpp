@@ -47,7 +47,7 @@ class SplitServer {
     if (clients.empty()) throw std::invalid_argument("a split server needs at least one client");
     // Activations of one batch in flight, plus the evaluation batch's working set.
     const StageMemory need = estimate_stage_memory(spec_, a.layer_begin, a.layer_end, ocfg,
-                                                   std::max<int64_t>(batch, job.eval_batch), 1, 1);
+                                                   std::max<int64_t>(batch, job.eval_batch), 1, 1, ctx_.device.backend());
     const MemoryInfo mem = ctx_.device.memory();
     if (need.total() > mem.free)
       throw OutOfMemory(ctx_.options.name + " cannot host the split server part (layers " + std::to_string(a.layer_begin) +
