@@ -13,6 +13,7 @@
 #include "core/planner/balance.h"
 #include "core/planner/plan_report.h"
 #include "core/planner/devices_file.h"
+#include "core/planner/memory_model.h"
 #include "core/planner/profile.h"
 #include "core/runtime/common/wire.h"
 #include "device/device.h"
@@ -290,6 +291,8 @@ void Driver::finish_stages() {
     session_->pool().release(d.name);
     const nlohmann::json detail = ack_detail(r);
     for (const auto& e : detail.value("trace", nlohmann::json::array())) events_.push_back(trace_event_from_json(e));
+    stage_memory_.push_back({{"estimated", detail.value("estimated_memory_bytes", nlohmann::json(0))},
+                             {"peak", detail.value("peak_memory_bytes", nlohmann::json(0))}});
     busy_.push_back({{"stage", d.stage}, {"device", d.name},
                      {"busy_seconds", detail.value("busy", nlohmann::json::object())}});
   }
@@ -351,6 +354,7 @@ nlohmann::json Driver::result(const EvalResult& ev, int64_t parameters) const {
     devs.push_back({{"name", d.name}, {"stage", -1}, {"gflops", d.reg.compute_gflops}, {"memory_free", d.reg.memory_free}});
   out["devices"] = devs;
   out["plan"] = plan;
+  out["stages"] = stages_json();
   out["planner"] = plan_json_.is_null() ? "balance" : "auto";
   if (!plan_json_.is_null()) {
     out["planner_plan"] = plan_json_;
@@ -361,6 +365,34 @@ nlohmann::json Driver::result(const EvalResult& ev, int64_t parameters) const {
   const int p = static_cast<int>(devices_.size());
   out["bubble_theoretical"] = static_cast<double>(p - 1) / static_cast<double>(cfg_.microbatches + p - 1);
   if (!opts_.trace_path.empty()) out["trace"] = opts_.trace_path;
+  return out;
+}
+
+// Each stage's memory: the one model's estimate for the stage on its daemon's
+// backend (what the planner placed it with and the daemon admitted it with),
+// and the peak its daemon's device really held (0 where the backend cannot
+// tell: GPUs).
+nlohmann::json Driver::stages_json() const {
+  std::vector<std::optional<Backend>> backends;
+  for (const auto& d : devices_) {
+    const auto details = nlohmann::json::parse(d.reg.details_json.empty() ? "{}" : d.reg.details_json, nullptr, false);
+    std::optional<Backend> b;
+    if (details.is_object() && details.contains("backend") && details["backend"].is_string())
+      for (Backend k : {Backend::cpu, Backend::opencl, Backend::cuda})
+        if (details["backend"].get<std::string>() == backend_name(k)) b = k;
+    backends.push_back(b);
+  }
+  const auto memory = pipeline_memory(spec_, bounds_, ocfg_, cfg_.batch, cfg_.microbatches, schedule_, backends);
+  nlohmann::json out = nlohmann::json::array();
+  for (size_t s = 0; s < devices_.size(); ++s) {
+    const nlohmann::json& m = s < stage_memory_.size() ? stage_memory_[s] : nlohmann::json::object();
+    out.push_back({{"stage", s},
+                   {"device", devices_[s].name},
+                   {"layers", {bounds_[s], bounds_[s + 1]}},
+                   {"estimated_memory_bytes", memory[s].total()},
+                   {"daemon_estimated_memory_bytes", m.value("estimated", nlohmann::json(0))},
+                   {"peak_memory_bytes", m.value("peak", nlohmann::json(0))}});
+  }
   return out;
 }
 

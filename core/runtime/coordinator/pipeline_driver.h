@@ -61,6 +61,7 @@ class Driver {
   void write_trace();
   nlohmann::json result(const EvalResult& ev, int64_t parameters) const;
   nlohmann::json prediction() const;
+  nlohmann::json stages_json() const;
 
   // Planner input from the live devices (pipeline_profile.cpp).
   Cluster profile_cluster();
@@ -121,6 +122,7 @@ class Driver {
   // Finish.
   std::vector<TraceEvent> events_;
   nlohmann::json busy_ = nlohmann::json::array();
+  std::vector<nlohmann::json> stage_memory_;  // per stage: what its daemon estimated and measured
 
   uint64_t probe_seq_ = 0;
   std::map<std::pair<std::string, uint64_t>, transport::Received> replies_;  // (peer, request id) -> reply

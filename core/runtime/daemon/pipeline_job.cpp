@@ -39,6 +39,7 @@ struct StageJob {
   std::unique_ptr<StageTracer> tracer;
   std::map<std::tuple<int, int64_t, int>, TensorMessage> early;  // link messages that arrived ahead
   int64_t steps = 0;
+  size_t estimated_bytes = 0;  // what the memory model said the stage needs
 };
 
 // Where a running stage's tensors come from and go to: the coordinator's
@@ -101,14 +102,29 @@ class DaemonIO : public StageIO {
     }
   }
 
-  void send(TensorLink& link, const char* which, const TensorMessage& m) {
+  // Returns once ZeroMQ no longer reads the tensor's memory (a zero-copy send
+  // keeps it alive until then), so a micro-batch's output and input gradient
+  // are freed as soon as they are on the wire: the stage holds no more than
+  // the memory model counts (core/planner/memory_model.h).
+  void send(TensorLink& link, const char* which, TensorMessage m) {
+    std::weak_ptr<const void> on_the_wire;
+    if (m.owner) {
+      auto token = std::make_shared<const std::shared_ptr<const void>>(std::move(m.owner));
+      on_the_wire = token;
+      m.owner = std::move(token);
+    }
     for (;;) {
       Status s = link.send(m);
-      if (s) return;
+      if (s) break;
       if (!s.is(FailureKind::kUnreachable))
         throw std::runtime_error(std::string("cannot send to the ") + which + ": " + s.failure().message);
       // The previous stage has not said hello yet: wait for it.
       ctx_.channel.poll(Millis(20));
+      check_alive();
+    }
+    m.owner.reset();
+    while (!on_the_wire.expired()) {
+      ctx_.channel.poll(Millis(1));
       check_alive();
     }
   }
@@ -132,11 +148,13 @@ std::unique_ptr<StageJob> build_stage(const JobContext& ctx, const AssignMsg& a)
                                                  max_in_flight(j->schedule, a.stage, a.num_stages, j->microbatches),
                                                  j->microbatches, ctx.device.backend());
   const MemoryInfo mem = ctx.device.memory();
+  j->estimated_bytes = need.total();
   if (need.total() > mem.free)
     throw OutOfMemory(opts.name + " cannot host stage " + std::to_string(a.stage) + " (layers " +
                       std::to_string(a.layer_begin) + ".." + std::to_string(a.layer_end - 1) + "): it needs " +
                       need.describe() + " but only " + format_mib(mem.free) + " is available" +
                       (opts.memory_limit ? " under --memory-limit " + format_mib(opts.memory_limit) : ""));
+  ctx.device.reset_peak();  // the stage's peak, reported when it finishes, starts here
   j->stage = std::make_unique<Stage>(ctx.device, j->spec, a.layer_begin, a.layer_end, a.stage, a.num_stages, ocfg);
   j->stage->partition().init(j->seed);
   j->stage->partition().zero_grad();
@@ -167,7 +185,12 @@ class PipelineStage {
   nlohmann::json finish_detail() const {
     nlohmann::json events = nlohmann::json::array();
     for (const auto& e : job_->tracer->events()) events.push_back(to_json(e));
-    return {{"trace", events}, {"busy", job_->tracer->busy_seconds()}, {"steps", job_->steps}};
+    // The stage's real peak beside its estimate (0: the backend cannot tell).
+    return {{"trace", events},
+            {"busy", job_->tracer->busy_seconds()},
+            {"steps", job_->steps},
+            {"estimated_memory_bytes", job_->estimated_bytes},
+            {"peak_memory_bytes", ctx_.device.peak_bytes_in_use()}};
   }
 
   // A stage state to start from (--load, --init), when one arrived.
