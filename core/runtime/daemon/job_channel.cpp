@@ -43,8 +43,8 @@ bool JobChannel::poll(Millis timeout) {
     }
   } else if (auto* t = std::get_if<TensorMsg>(&m.body)) {
     std::vector<float> values = tensor_values(m);
-    tensors_[{static_cast<int>(t->kind), t->step, t->micro_batch}] =
-        TensorMessage::from_vector(t->kind, t->step, t->micro_batch, t->shape, std::move(values));
+    tensors_.put(TensorMessage::from_vector(t->kind, t->step, t->micro_batch, t->shape, std::move(values)),
+                 "the coordinator");
   } else if (auto* w = std::get_if<WeightsMsg>(&m.body)) {
     weights_[w->stage] = std::move(m);
   } else if (std::holds_alternative<AssignMsg>(m.body) || std::holds_alternative<CommandMsg>(m.body)) {
@@ -71,11 +71,7 @@ bool JobChannel::stop_queued() const {
 }
 
 std::optional<TensorMessage> JobChannel::take_tensor(TensorKind kind, int64_t step, int mb) {
-  auto it = tensors_.find({static_cast<int>(kind), step, mb});
-  if (it == tensors_.end()) return std::nullopt;
-  TensorMessage t = std::move(it->second);
-  tensors_.erase(it);
-  return t;
+  return tensors_.take(kind, step, mb);
 }
 
 std::optional<Message> JobChannel::take_weights(int stage) {

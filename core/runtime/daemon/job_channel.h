@@ -19,6 +19,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/runtime/daemon/tensor_mailbox.h"
 #include "transport/endpoint.h"
 #include "transport/link.h"
 #include "transport/message.h"
@@ -60,7 +61,7 @@ class JobChannel {
   transport::ClientEndpoint& client_;
   std::string name_;
   std::deque<transport::Message> commands_;
-  std::map<std::tuple<int, int64_t, int>, transport::TensorMessage> tensors_;
+  TensorMailbox tensors_;
   std::map<int, transport::Message> weights_;
   std::chrono::steady_clock::time_point last_heard_ = std::chrono::steady_clock::now();
   std::chrono::steady_clock::time_point last_version_error_{};

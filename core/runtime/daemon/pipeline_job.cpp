@@ -1,6 +1,8 @@
 // pipeline_job.cpp: see pipeline_job.h.
 #include "core/runtime/daemon/pipeline_job.h"
 
+#include "core/runtime/daemon/tensor_mailbox.h"
+
 #include <map>
 #include <memory>
 #include <stdexcept>
@@ -37,7 +39,7 @@ struct StageJob {
   std::unique_ptr<ServerEndpoint> peer_server;  // the previous stage dials in here
   std::unique_ptr<TensorLink> prev, next;
   std::unique_ptr<StageTracer> tracer;
-  std::map<std::tuple<int, int64_t, int>, TensorMessage> early;  // link messages that arrived ahead
+  TensorMailbox early;  // link tensors that arrived ahead of their turn
   int64_t steps = 0;
   size_t estimated_bytes = 0;  // what the memory model said the stage needs
 };
@@ -79,18 +81,13 @@ class DaemonIO : public StageIO {
   }
 
   TensorMessage wait_link(TensorLink& link, const char* which, TensorKind kind, int64_t step, int mb) {
-    const auto key = std::make_tuple(static_cast<int>(kind), step, mb);
     for (;;) {
-      if (auto it = job_.early.find(key); it != job_.early.end()) {
-        TensorMessage t = std::move(it->second);
-        job_.early.erase(it);
-        return t;
-      }
+      if (auto t = job_.early.take(kind, step, mb)) return std::move(*t);
       auto r = link.receive(Millis(20));
       if (r) {
         TensorMessage& t = r.value();
         if (static_cast<int>(t.kind) == static_cast<int>(kind) && t.step == step && t.micro_batch == mb) return std::move(t);
-        job_.early[{static_cast<int>(t.kind), t.step, t.micro_batch}] = std::move(t);
+        job_.early.put(std::move(t), std::string("the ") + which);
         continue;
       }
       if (r.is(FailureKind::kClosed)) throw std::runtime_error(std::string("link to the ") + which + " closed");

@@ -32,13 +32,8 @@ SplitLink::SplitLink(std::unique_ptr<TensorLink> link, std::string peer, const S
     : link_(std::move(link)), peer_(std::move(peer)), ctx_(ctx) {}
 
 Tensor SplitLink::receive(TensorKind kind, int64_t seq) {
-  const auto key = std::make_pair(static_cast<int>(kind), seq);
   for (;;) {
-    if (auto it = early_.find(key); it != early_.end()) {
-      TensorMessage t = std::move(it->second);
-      early_.erase(it);
-      return from_message(ctx_.device, t);
-    }
+    if (auto t = early_.take(kind, seq)) return from_message(ctx_.device, *t);
     // Keep the coordinator's connection served even when tensors arrive back to back.
     ctx_.channel.drain();
     auto r = link_->receive(Millis(20));
@@ -51,9 +46,7 @@ Tensor SplitLink::receive(TensorKind kind, int64_t seq) {
       if (t.step < seq)
         throw std::runtime_error(peer_ + " sent a stale " + kind_key(t.kind) + " tensor (#" + std::to_string(t.step) +
                                  ", expected #" + std::to_string(seq) + ")");
-      if (early_.size() > 64)
-        throw std::runtime_error(peer_ + " sent more than 64 tensors ahead of #" + std::to_string(seq));
-      early_[{static_cast<int>(t.kind), t.step}] = std::move(t);
+      early_.put(std::move(t), peer_);
       continue;
     }
     if (r.is(FailureKind::kClosed)) throw std::runtime_error("the link to " + peer_ + " closed");

@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/runtime/daemon/split_job.h"
+#include "core/runtime/daemon/tensor_mailbox.h"
 #include "transport/link.h"
 #include "transport/log.h"
 
@@ -80,7 +81,7 @@ class SplitLink {
   std::unique_ptr<transport::TensorLink> link_;
   std::string peer_;
   const SplitJobContext& ctx_;
-  std::map<std::pair<int, int64_t>, transport::TensorMessage> early_;
+  TensorMailbox early_{64};  // a peer may run at most 64 tensors ahead
   std::map<std::string, KindRecord> record_;
 };
 
