@@ -8,6 +8,7 @@
 
 #include "apps/cleave/commands.h"
 #include "apps/flag_checks.h"
+#include "core/io/atomic_file.h"
 #include "core/io/json_file.h"
 
 namespace cleave {
@@ -59,6 +60,17 @@ void finish_train_flags(TrainFlags& f) {
     f.config.optimizer.validate();
   } catch (const std::exception& e) {
     throw UsageError(e.what());
+  }
+  // Where the run will write, checked before any work is done: an unwritable
+  // --save found after training would lose the whole run.
+  for (const auto& [flag, path] : {std::pair<const char*, const std::string&>{"--save", f.config.save_path},
+                                   std::pair<const char*, const std::string&>{"--json", f.json_path}}) {
+    if (path.empty()) continue;
+    try {
+      check_writable(path);
+    } catch (const std::exception& e) {
+      throw UsageError(std::string(flag) + " cannot be written: " + e.what() + ": give a path in a writable directory");
+    }
   }
 }
 

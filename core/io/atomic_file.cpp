@@ -29,6 +29,14 @@ uint32_t bswap32(uint32_t v) {
 
 }  // namespace
 
+void check_writable(const std::string& path) {
+  if (!path.empty() && path.back() == '/') throw std::runtime_error(path + ": is a directory, not a file");
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
+    throw std::runtime_error(path + ": is a directory, not a file");
+  AtomicFileWriter probe(path);  // creates the temporary file; removed again uncommitted
+}
+
 AtomicFileWriter::AtomicFileWriter(std::string path) : path_(std::move(path)) {
   if (path_.empty()) throw std::runtime_error("cannot write a file with an empty path");
   tmp_ = path_ + ".tmp." + std::to_string(::getpid());

@@ -14,6 +14,12 @@
 
 namespace cleave {
 
+// Throws std::runtime_error "PATH: why" when no file could be written at
+// `path` the way AtomicFileWriter writes one (its directory missing or
+// read-only, PATH a directory), leaving PATH and its directory as they were.
+// For flags such as --save, checked before a run's work, not after it.
+void check_writable(const std::string& path);
+
 class AtomicFileWriter {
  public:
   // Creates the temporary file (throws when the directory is missing or read-only).

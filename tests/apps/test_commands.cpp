@@ -339,3 +339,24 @@ TEST_CASE("cleaved refuses bad flags with status 2, and a daemon that cannot sta
   INFO(r.output);
   require_exit(r, kExitFailure, {"/nonexistent/dev.key"});
 }
+
+TEST_CASE("an unwritable --save or --json is refused before any work, and nothing is left behind", "[cli]") {
+  TempDir dir;
+  const std::string base = "train --local --model '" + kMlp + "' --epochs 1 --limit-train 64 --limit-test 64 --no-progress";
+  // /proc takes no new files, even from root; a directory is not a file.
+  for (const std::string& bad : {std::string("/proc/cleave-save.ckpt"), dir.file("no-such-dir") + "/x.ckpt", dir.str()}) {
+    INFO(bad);
+    require_usage_error(base + " --save '" + bad + "'", {"--save cannot be written", bad});
+    require_usage_error(base + " --json '" + bad + "'", {"--json cannot be written", bad});
+  }
+  require_usage_error("fed --model '" + kMlp + "' --clients 1 --insecure --save /proc/cleave-fed.ckpt",
+                      {"--save cannot be written"});
+  require_usage_error("train --model '" + kMlp + "' --devices 2 --insecure --save /proc/cleave-pipe.ckpt",
+                      {"--save cannot be written"});
+  CHECK(fs::is_empty(dir.str()));  // the probe's temporary file is gone again
+  // A writable path is still fine, and the check leaves no file where none was.
+  const RunResult ok = run_cleave(base + " --max-steps 1 --save '" + dir.file("ok.ckpt") + "'");
+  INFO(ok.output);
+  CHECK(ok.code == 0);
+  CHECK(fs::exists(dir.file("ok.ckpt")));
+}

@@ -268,3 +268,15 @@ TEST_CASE("foreign, newer and inconsistent checkpoint files are refused", "[io][
                     Catch::Contains("missing.ckpt: cannot open: No such file or directory"));
   CHECK_THROWS_WITH(load_checkpoint(dir.path.string()), Catch::Contains("not a regular file"));
 }
+
+TEST_CASE("check_writable says where a file cannot be written and leaves nothing behind", "[io][checkpoint]") {
+  const auto dir = std::filesystem::temp_directory_path() / ("cleave-writable-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  CHECK_NOTHROW(check_writable((dir / "new.ckpt").string()));
+  CHECK(std::filesystem::is_empty(dir));  // the probe's temporary file is gone
+  CHECK_THROWS_WITH(check_writable((dir / "missing" / "x.ckpt").string()), Catch::Contains("missing"));
+  CHECK_THROWS_WITH(check_writable(dir.string()), Catch::Contains("is a directory"));
+  CHECK_THROWS_WITH(check_writable("/proc/cleave-check.ckpt"), Catch::Contains("/proc/cleave-check.ckpt"));
+  std::filesystem::remove_all(dir);
+}
