@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # run-fuzz.sh [SECONDS=30]: coverage-guided fuzzing of cleave's message decoder
-# (transport/message.cpp + codec.cpp) with libFuzzer, ASan and UBSan.
+# (transport/message.cpp + command_codec.cpp + codec.cpp) with libFuzzer, ASan and UBSan.
 # Builds only the decoder sources and the flatc-generated header into
 # build-fuzz/ (seconds, not a project build), seeds a working corpus from
 # tests/fuzz/corpus, and exits non-zero on any crash, leak or UB report.
@@ -22,10 +22,12 @@ mkdir -p "$build/gen/transport/schema" "$build/corpus" "$build/artifacts"
 flatc --cpp --scoped-enums -o "$build/gen/transport/schema" "$root/transport/schema/cleave.fbs"
 
 bin="$build/fuzz_message_decoder"
-sources=("$root/tests/fuzz/fuzz_message_decoder.cpp" "$root/transport/message.cpp" "$root/transport/codec.cpp")
+sources=("$root/tests/fuzz/fuzz_message_decoder.cpp" "$root/transport/message.cpp" "$root/transport/codec.cpp"
+         "$root/transport/command_codec.cpp")
 needs_build=0
 [ -x "$bin" ] || needs_build=1
 for f in "${sources[@]}" "$root/transport/message.h" "$root/transport/codec.h" "$root/transport/result.h" \
+         "$root/transport/command_codec.h" \
          "$root/tests/fuzz/fuzz_input.h" "$build/gen/transport/schema/cleave_generated.h"; do
   [ "$f" -nt "$bin" ] && needs_build=1
 done

@@ -97,7 +97,10 @@ OptimizerConfig optimizer_number(int i) {
 
 std::string cuts_str(const std::vector<int>& cuts) {
   std::string s;
-  for (int c : cuts) s += (s.empty() ? "" : ",") + std::to_string(c);
+  for (int c : cuts) {
+    if (!s.empty()) s += ',';
+    s += std::to_string(c);
+  }
   return s;
 }
 
