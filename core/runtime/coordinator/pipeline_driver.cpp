@@ -16,6 +16,7 @@
 #include "core/planner/memory_model.h"
 #include "core/planner/profile.h"
 #include "core/runtime/common/wire.h"
+#include "core/train/train_result.h"
 #include "device/device.h"
 
 namespace cleave {
@@ -318,29 +319,12 @@ void Driver::write_trace() {
 }
 
 nlohmann::json Driver::result(const EvalResult& ev, int64_t parameters) const {
-  nlohmann::json out;
-  out["mode"] = "pipeline";
-  out["model"] = spec_.name;
-  out["model_path"] = cfg_.model_path;
-  out["dataset"] = train_.name;
-  out["train_samples"] = train_.size();
-  out["test_samples"] = test_.size();
-  out["epochs"] = cfg_.epochs;
-  out["batch"] = cfg_.batch;
-  out["microbatches"] = cfg_.microbatches;
+  nlohmann::json out = training_result(
+      cfg_, TrainSummary{"pipeline", spec_, train_, test_, start_.position.step, step_ - start_.position.step, losses_,
+                         ev, train_seconds_, seconds_since(t_start_), samples_, ocfg_, parameters});
   out["schedule"] = schedule_name(schedule_);
   out["encoding"] = encoding_name(encoding_);
-  out["seed"] = cfg_.seed;
-  out["start_step"] = start_.position.step;
-  out["steps"] = step_ - start_.position.step;
-  out["losses"] = losses_;
-  out["test_accuracy"] = ev.accuracy;
-  out["test_loss"] = ev.loss;
-  out["samples_per_sec"] = samples_ / std::max(1e-9, train_seconds_);
-  out["wall_seconds"] = seconds_since(t_start_);
   out["train_seconds"] = train_seconds_;
-  out["optimizer"] = ocfg_.to_json();
-  out["parameters"] = parameters;
   nlohmann::json devs = nlohmann::json::array(), plan = nlohmann::json::array();
   for (const auto& d : devices_) {
     nlohmann::json details = nlohmann::json::parse(d.reg.details_json.empty() ? "{}" : d.reg.details_json, nullptr, false);
@@ -374,14 +358,7 @@ nlohmann::json Driver::result(const EvalResult& ev, int64_t parameters) const {
 // tell: GPUs).
 nlohmann::json Driver::stages_json() const {
   std::vector<std::optional<Backend>> backends;
-  for (const auto& d : devices_) {
-    const auto details = nlohmann::json::parse(d.reg.details_json.empty() ? "{}" : d.reg.details_json, nullptr, false);
-    std::optional<Backend> b;
-    if (details.is_object() && details.contains("backend") && details["backend"].is_string())
-      for (Backend k : {Backend::cpu, Backend::opencl, Backend::cuda})
-        if (details["backend"].get<std::string>() == backend_name(k)) b = k;
-    backends.push_back(b);
-  }
+  for (const auto& d : devices_) backends.push_back(registered_backend(d.reg));
   const auto memory = pipeline_memory(spec_, bounds_, ocfg_, cfg_.batch, cfg_.microbatches, schedule_, backends);
   nlohmann::json out = nlohmann::json::array();
   for (size_t s = 0; s < devices_.size(); ++s) {
