@@ -20,6 +20,12 @@ const char* backend_name(Backend b) {
   return "unknown";
 }
 
+std::optional<Backend> backend_named(std::string_view name) {
+  for (Backend b : {Backend::cpu, Backend::opencl, Backend::cuda})
+    if (name == backend_name(b)) return b;
+  return std::nullopt;
+}
+
 size_t bias_grad_rows_workspace_bytes(Backend backend, int64_t rows, int64_t features) {
   return backend == Backend::cpu ? CpuDevice::bias_grad_rows_workspace_bytes(rows, features) : 0;
 }

@@ -15,7 +15,9 @@
 #include <cstdint>
 #include <memory>
 #include <stdexcept>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "device/tensor.h"
@@ -24,6 +26,8 @@ namespace cleave {
 
 enum class Backend { cpu, opencl, cuda };
 const char* backend_name(Backend b);
+// The backend backend_name() calls `name`, or nullopt.
+std::optional<Backend> backend_named(std::string_view name);
 
 struct MemoryInfo {
   size_t total = 0;  // bytes the device has

@@ -158,8 +158,7 @@ Cluster parse_cluster(const json& doc, const std::string& source) {
     }
     if (d.contains("backend")) {
       const json& b = d["backend"];
-      for (Backend k : {Backend::cpu, Backend::opencl, Backend::cuda})
-        if (b.is_string() && b.get<std::string>() == backend_name(k)) dev.backend = k;
+      if (b.is_string()) dev.backend = backend_named(b.get<std::string>());
       if (!dev.backend) throw file_error(source, where + ": backend: expected \"cpu\", \"opencl\" or \"cuda\", got " + b.dump());
     }
     if (d.contains("update_seconds_per_param")) {

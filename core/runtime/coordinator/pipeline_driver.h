@@ -40,6 +40,9 @@ struct StageDevice {
   std::string peer_endpoint;
 };
 
+// The backend a daemon registered with ("backend" in its details), if it said.
+std::optional<Backend> registered_backend(const transport::RegisterMsg& reg);
+
 class Driver {
  public:
   Driver(const TrainConfig& cfg, const ClusterOptions& opts) : cfg_(cfg), opts_(opts) {}

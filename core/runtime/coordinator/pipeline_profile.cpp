@@ -12,6 +12,12 @@ namespace cleave::pipeline_detail {
 
 using namespace transport;
 
+std::optional<Backend> registered_backend(const RegisterMsg& reg) {
+  const auto details = nlohmann::json::parse(reg.details_json.empty() ? "{}" : reg.details_json, nullptr, false);
+  if (!details.is_object() || !details.contains("backend") || !details["backend"].is_string()) return std::nullopt;
+  return backend_named(details["backend"].get<std::string>());
+}
+
 std::pair<double, double> Driver::probe_link(const std::string& peer) {
   auto round_trip = [&](uint64_t bytes) {
     std::vector<double> rtts;
@@ -65,9 +71,7 @@ Cluster Driver::profile_cluster() {
     if (!reg.is_discarded() && reg.is_object()) {
       caps[i] = reg.value("bandwidth_limit_bytes_per_sec", 0.0) * 8 / 1e6;
       // Its backend: the planner then sizes the stage exactly as the daemon will admit it.
-      if (reg.contains("backend") && reg["backend"].is_string())
-        for (Backend k : {Backend::cpu, Backend::opencl, Backend::cuda})
-          if (reg["backend"].get<std::string>() == backend_name(k)) dp.backend = k;
+      dp.backend = registered_backend(d.reg);
       if (reg.contains("host")) {  // which machine it shares with whom (daemons on one box slow each other down)
         dp.host = reg.value("host", std::string());
         dp.host_cores = reg.value("cpu_cores", 0.0);
