@@ -17,6 +17,8 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
+#include "scratch_dir.h"
+
 namespace cleave::cli_test {
 
 namespace fs = std::filesystem;
@@ -98,27 +100,7 @@ inline void require_help_lists(const std::string& command, const std::vector<std
   }
 }
 
-// A fresh directory under the system temp dir, removed with everything in it.
-class TempDir {
- public:
-  TempDir() {
-    static int counter = 0;
-    path_ = fs::temp_directory_path() / ("cleave-cli-" + std::to_string(getpid()) + "-" + std::to_string(counter++));
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-  std::string str() const { return path_.string(); }
-
- private:
-  fs::path path_;
-};
+using cleave::test::TempDir;
 
 inline nlohmann::json read_json(const std::string& path) {
   std::ifstream in(path);

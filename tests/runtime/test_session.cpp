@@ -40,6 +40,20 @@ Message registration(const std::string& name) {
   return message_of(r);
 }
 
+// Registers `daemon` with `session` and returns the name the session knows it by.
+std::string register_one(Session& session, ClientEndpoint& daemon) {
+  REQUIRE(daemon.send(registration("dev")).ok());
+  std::string name;
+  session.register_until(
+      10000, [&] { return !name.empty(); },
+      [&](const Registration& r) {
+        name = r.peer;
+        session.pool().add(r.peer, r.reg, r.details);
+      },
+      [](const std::string&) { return std::string("timeout"); });
+  return name;
+}
+
 // The next command the fake daemon receives.
 Command next_command(ClientEndpoint& c) {
   for (int i = 0; i < 50; ++i) {
@@ -109,15 +123,7 @@ TEST_CASE("request ids come from one counter, and release ends jobs and shuts da
   CHECK(*ids.begin() > 0);
 
   auto a = daemon_at(session.server().endpoint());
-  REQUIRE(a->send(registration("dev")).ok());
-  std::string name;
-  session.register_until(
-      10000, [&] { return !name.empty(); },
-      [&](const Registration& r) {
-        name = r.peer;
-        session.pool().add(r.peer, r.reg, r.details);
-      },
-      [](const std::string&) { return std::string("timeout"); });
+  const std::string name = register_one(session, *a);
   session.release({name}, /*shutdown=*/true);
   CHECK(std::holds_alternative<FinishCmd>(next_command(*a)));
   CHECK(std::holds_alternative<ShutdownCmd>(next_command(*a)));
@@ -126,15 +132,7 @@ TEST_CASE("request ids come from one counter, and release ends jobs and shuts da
 TEST_CASE("a job that throws releases its daemons and the error reaches the caller", "[runtime][session]") {
   Session session(plain("cleave test"));
   auto a = daemon_at(session.server().endpoint());
-  REQUIRE(a->send(registration("dev")).ok());
-  std::string name;
-  session.register_until(
-      10000, [&] { return !name.empty(); },
-      [&](const Registration& r) {
-        name = r.peer;
-        session.pool().add(r.peer, r.reg, r.details);
-      },
-      [](const std::string&) { return std::string("timeout"); });
+  const std::string name = register_one(session, *a);
 
   CHECK_THROWS_WITH(session.run_job({name}, false, []() -> int { throw std::runtime_error("stage 1 died"); }),
                     "stage 1 died");

@@ -25,31 +25,15 @@
 #include "core/train/train_config.h"
 #include "device/device.h"
 
+#include "scratch_dir.h"
+
 using namespace cleave;
 using Catch::Contains;
 namespace fs = std::filesystem;
 
 namespace {
 
-class TempDir {
- public:
-  TempDir() {
-    static int counter = 0;
-    path_ = fs::temp_directory_path() / ("cleave-train-" + std::to_string(getpid()) + "-" + std::to_string(counter++));
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  fs::path path_;
-};
+using cleave::test::TempDir;
 
 void write_text(const std::string& path, const std::string& text) {
   std::ofstream out(path);
