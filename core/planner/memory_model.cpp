@@ -13,15 +13,16 @@ namespace cleave {
 
 namespace {
 
-std::string mib(size_t bytes) { return mib_text(bytes) + " MiB"; }
 
 size_t bytes(int64_t v) { return static_cast<size_t>(v); }
 
 }  // namespace
 
+std::string format_mib(size_t bytes) { return mib_text(bytes) + " MiB"; }
+
 std::string StageMemory::describe() const {
-  return mib(total()) + " (weights " + mib(params) + ", gradients " + mib(grads) + ", optimizer state " +
-         mib(optimizer) + ", activations " + mib(activations) + ", workspace " + mib(workspace) + ")";
+  return format_mib(total()) + " (weights " + format_mib(params) + ", gradients " + format_mib(grads) + ", optimizer state " +
+         format_mib(optimizer) + ", activations " + format_mib(activations) + ", workspace " + format_mib(workspace) + ")";
 }
 
 MemoryModel::MemoryModel(const ModelProfile& profile, int64_t microbatch_size, std::optional<Backend> backend)

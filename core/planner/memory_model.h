@@ -2,7 +2,7 @@
 // [begin, end) of a model allocate on their device while they train.
 //
 // The planner places stages with it, the daemons accept or refuse a stage with
-// it (core/runtime/common/memory_estimate.h forwards here) and the coordinator
+// it (pipeline_job.cpp, fed_client.cpp, split_*.cpp) and the coordinator
 // reports it; all of them get the same number for the same stage on the same
 // kind of device. With P the stage's parameters, mb = ceil(B / M) samples per
 // micro-batch, f micro-batches in flight (max_in_flight, core/pipeline/schedule.h)
@@ -58,6 +58,9 @@ struct StageMemory {
   // activations 3.0 MiB, workspace 1.0 MiB)"
   std::string describe() const;
 };
+
+// "12.5 MiB"
+std::string format_mib(size_t bytes);
 
 // The model over one ModelProfile, with prefix sums so that every stage costs
 // O(1) (the planner's search asks for many), for one micro-batch size and one

@@ -24,7 +24,7 @@
 #include "core/planner/memory_model.h"
 #include "core/planner/planner.h"
 #include "core/planner/profile.h"
-#include "core/runtime/common/memory_estimate.h"
+#include "core/planner/memory_model.h"
 #include "core/util/rng.h"
 #include "pipeline/in_process_pipeline.h"
 
@@ -210,8 +210,7 @@ TEST_CASE("the memory model bounds what real stages allocate, within 1.5x", "[pl
             // One number everywhere: the daemon's admission check, the planner's cost model
             // and its plan, the coordinator's report.
             const int in_flight = max_in_flight(kind, s, p, microbatches);
-            CHECK(estimate_stage_memory(spec, cuts[s], cuts[s + 1], ocfg, batch, in_flight, microbatches,
-                                        devices[s]->backend())
+            CHECK(stage_memory(spec, cuts[s], cuts[s + 1], ocfg, batch, microbatches, in_flight, devices[s]->backend())
                       .total() == estimate);
             CHECK(cost.memory_bytes(s, cuts[s], cuts[s + 1], cost.in_flight(p, s)) == static_cast<int64_t>(estimate));
             // Without knowing the device the model takes every backend's largest temporaries.

@@ -14,7 +14,7 @@
 #include "core/nn/loss.h"
 #include "core/optim/optimizer.h"
 #include "core/runtime/daemon/job_channel.h"
-#include "core/runtime/common/memory_estimate.h"
+#include "core/planner/memory_model.h"
 #include "core/runtime/common/wire.h"
 #include "core/train/train_step.h"
 #include "core/util/rng.h"
@@ -97,7 +97,7 @@ class FedClientJob {
       throw std::runtime_error(name_ + ": the model's input " + shape_str(spec_.input) + " does not match its data (" +
                                data_.name + " samples " + shape_str(data_.sample_shape) + ")");
     const int64_t batch = job_.batch;
-    StageMemory need = estimate_stage_memory(spec_, 0, spec_.num_layers(), ocfg_, batch, 1, 1, device_.backend());
+    StageMemory need = stage_memory(spec_, 0, spec_.num_layers(), ocfg_, batch, 1, 1, device_.backend());
     need.optimizer += need.params;  // the global block kept for FedProx
     const MemoryInfo mem = device_.memory();
     if (need.total() > mem.free)

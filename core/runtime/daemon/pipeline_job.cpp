@@ -11,7 +11,7 @@
 #include "core/model/model_spec.h"
 #include "core/pipeline/schedule.h"
 #include "core/pipeline/stage.h"
-#include "core/runtime/common/memory_estimate.h"
+#include "core/planner/memory_model.h"
 #include "core/runtime/common/stage_state.h"
 #include "core/runtime/common/wire.h"
 #include "transport/endpoint.h"
@@ -141,9 +141,9 @@ std::unique_ptr<StageJob> build_stage(const JobContext& ctx, const AssignMsg& a)
   j->microbatches = pj.microbatches;
   j->seed = pj.seed;
   const OptimizerConfig ocfg = from_wire(a.optimizer);
-  const StageMemory need = estimate_stage_memory(j->spec, a.layer_begin, a.layer_end, ocfg, pj.batch,
-                                                 max_in_flight(j->schedule, a.stage, a.num_stages, j->microbatches),
-                                                 j->microbatches, ctx.device.backend());
+  const StageMemory need =
+      stage_memory(j->spec, a.layer_begin, a.layer_end, ocfg, pj.batch, j->microbatches,
+                   max_in_flight(j->schedule, a.stage, a.num_stages, j->microbatches), ctx.device.backend());
   const MemoryInfo mem = ctx.device.memory();
   j->estimated_bytes = need.total();
   if (need.total() > mem.free)

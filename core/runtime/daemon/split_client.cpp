@@ -9,7 +9,7 @@
 #include "core/model/partition.h"
 #include "core/nn/loss.h"
 #include "core/optim/optimizer.h"
-#include "core/runtime/common/memory_estimate.h"
+#include "core/planner/memory_model.h"
 #include "core/runtime/daemon/split_job.h"
 #include "core/runtime/daemon/split_link.h"
 #include "core/runtime/common/wire.h"
@@ -54,9 +54,9 @@ class SplitClient {
     loader_ = std::make_unique<BatchLoader>(train_, batch_, /*shuffle=*/true, seed_ + static_cast<uint64_t>(index_));
     if (ocfg.total_steps == 0) ocfg.total_steps = loader_->batches_per_epoch() * job.epochs;
     const int64_t work_batch = std::max(batch_, eval_batch_);
-    StageMemory need = estimate_stage_memory(spec_, 0, cut, ocfg, work_batch, 1, 1, ctx_.device.backend());
+    StageMemory need = stage_memory(spec_, 0, cut, ocfg, work_batch, 1, 1, ctx_.device.backend());
     if (labels_on_client_) {
-      const StageMemory tail = estimate_stage_memory(spec_, cut_back, spec_.num_layers(), ocfg, work_batch, 1, 1, ctx_.device.backend());
+      const StageMemory tail = stage_memory(spec_, cut_back, spec_.num_layers(), ocfg, work_batch, 1, 1, ctx_.device.backend());
       need.params += tail.params;
       need.grads += tail.grads;
       need.optimizer += tail.optimizer;

@@ -6,7 +6,7 @@
 #include "core/model/partition.h"
 #include "core/nn/loss.h"
 #include "core/optim/optimizer.h"
-#include "core/runtime/common/memory_estimate.h"
+#include "core/planner/memory_model.h"
 #include "core/runtime/daemon/split_job.h"
 #include "core/runtime/daemon/split_link.h"
 #include "core/runtime/common/wire.h"
@@ -46,8 +46,8 @@ class SplitServer {
     const auto& clients = job.clients;
     if (clients.empty()) throw std::invalid_argument("a split server needs at least one client");
     // Activations of one batch in flight, plus the evaluation batch's working set.
-    const StageMemory need = estimate_stage_memory(spec_, a.layer_begin, a.layer_end, ocfg,
-                                                   std::max<int64_t>(batch, job.eval_batch), 1, 1, ctx_.device.backend());
+    const StageMemory need = stage_memory(spec_, a.layer_begin, a.layer_end, ocfg,
+                                          std::max<int64_t>(batch, job.eval_batch), 1, 1, ctx_.device.backend());
     const MemoryInfo mem = ctx_.device.memory();
     if (need.total() > mem.free)
       throw OutOfMemory(ctx_.options.name + " cannot host the split server part (layers " + std::to_string(a.layer_begin) +
