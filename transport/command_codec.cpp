@@ -191,7 +191,7 @@ struct CommandBuilder {
     return {fb::CommandBody::Connect, fb::CreateConnectDirect(b, c.next_endpoint.c_str()).Union()};
   }
   Built operator()(const StepCmd& c) const {
-    return {fb::CommandBody::Step, fb::CreateStep(b, c.step, c.batch).Union()};
+    return {fb::CommandBody::Step, fb::CreateStep(b, c.step, c.batch, c.deadline_ms).Union()};
   }
   Built operator()(const FinishCmd&) const { return {fb::CommandBody::EndJob, fb::CreateEndJob(b).Union()}; }
   Built operator()(const ShutdownCmd&) const { return {fb::CommandBody::Shutdown, fb::CreateShutdown(b).Union()}; }
@@ -327,7 +327,7 @@ std::string read_command(const fb::Command& in, CommandMsg& out) {
     case fb::CommandBody::Connect: out.command = ConnectCmd{str(in.body_as_Connect()->next_endpoint())}; return {};
     case fb::CommandBody::Step: {
       const auto* c = in.body_as_Step();
-      out.command = StepCmd{c->step(), c->batch()};
+      out.command = StepCmd{c->step(), c->batch(), c->deadline_ms()};
       return {};
     }
     case fb::CommandBody::EndJob: out.command = FinishCmd{}; return {};

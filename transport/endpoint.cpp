@@ -26,7 +26,7 @@ constexpr size_t kMaxFrames = 8;
 
 struct Counters {
   std::atomic<uint64_t> sent{0}, received{0}, rejected{0}, bytes_sent{0}, bytes_received{0};
-  std::atomic<uint64_t> handshakes_failed{0}, disconnects{0};
+  std::atomic<uint64_t> handshakes_failed{0}, handshakes_succeeded{0}, disconnects{0};
   mutable std::mutex mutex;
   std::string last_rejection;
 
@@ -38,6 +38,7 @@ struct Counters {
     s.bytes_sent = bytes_sent;
     s.bytes_received = bytes_received;
     s.handshakes_failed = handshakes_failed;
+    s.handshakes_succeeded = handshakes_succeeded;
     s.disconnects = disconnects;
     std::lock_guard lock(mutex);
     s.last_rejection = last_rejection;
@@ -468,6 +469,7 @@ ClientEndpoint::ClientEndpoint(ClientOptions options) : impl_(std::make_unique<I
       [&m](uint16_t event, uint32_t, const std::string& address) {
         bool changed = false;
         if (event == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) {
+          ++m.counters.handshakes_succeeded;
           std::lock_guard lock(m.state_mutex);
           changed = !m.connected;
           m.connected = true;

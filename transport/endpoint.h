@@ -43,6 +43,7 @@ struct EndpointStats {
   uint64_t zap_admitted = 0;       // server: ZAP handshakes admitted
   uint64_t zap_denied = 0;         // server: ZAP refusals (unknown key, wrong mechanism)
   uint64_t handshakes_failed = 0;  // handshake failures seen by the monitor (junk, no CURVE, denied)
+  uint64_t handshakes_succeeded = 0;  // client: connections made (the first and every reconnect)
   uint64_t disconnects = 0;        // connections closed (peer gone, heartbeat timeout, oversized frame)
   std::string last_rejection;      // message of the most recent rejection
 };

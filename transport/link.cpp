@@ -132,6 +132,14 @@ class InProcessLink final : public TensorLink {
 // ---------------------------------------------------------------------------
 // ZeroMQ
 
+// What a dialling stage sends first on each connection: a heartbeat.
+Message hello_message() {
+  Message hello;
+  hello.body = HeartbeatMsg{0, std::chrono::duration_cast<Millis>(
+                                   std::chrono::system_clock::now().time_since_epoch()).count()};
+  return hello;
+}
+
 class ZmqLink final : public TensorLink {
  public:
   ZmqLink(std::unique_ptr<ClientEndpoint> client, ServerEndpoint* server, std::string peer,
@@ -141,6 +149,7 @@ class ZmqLink final : public TensorLink {
 
   Status send(const TensorMessage& tensor) override {
     check_tensor(tensor);
+    greet_after_reconnect();
     Message m = make_tensor_message(header_of(tensor, encoding_for(tensor, encoding_)), tensor.data, tensor.count, tensor.owner);
     const size_t bytes = m.payloads[0].size();
     Status s = client_ ? client_->send(m) : server_->send(peer_, m);
@@ -158,6 +167,7 @@ class ZmqLink final : public TensorLink {
       const auto left = std::max(Millis(0), std::chrono::duration_cast<Millis>(deadline - Clock::now()));
       Message message;
       if (client_) {
+        greet_after_reconnect();
         auto r = client_->receive(left);
         if (!r) return count_failure(r.failure());
         message = std::move(r).value();
@@ -205,7 +215,19 @@ class ZmqLink final : public TensorLink {
     return f;
   }
 
+  // The serving side learns a dialler's connection from its first message:
+  // after the connection was reset and ZeroMQ dialled again, say hello again
+  // so that the next stage can send its gradients down the new connection.
+  void greet_after_reconnect() {
+    if (!client_) return;
+    const uint64_t made = client_->stats().handshakes_succeeded;
+    if (made <= greeted_) return;
+    if (greeted_ > 0) (void)client_->send(hello_message());
+    greeted_ = made;
+  }
+
   std::unique_ptr<ClientEndpoint> client_;
+  uint64_t greeted_ = 0;  // connections said hello on (the first one's hello is sent by dial_tensor_link)
   ServerEndpoint* server_ = nullptr;
   std::string peer_;
   std::string where_;
@@ -286,10 +308,7 @@ std::pair<std::unique_ptr<TensorLink>, std::unique_ptr<TensorLink>> make_in_proc
 std::unique_ptr<TensorLink> dial_tensor_link(ClientOptions options, Encoding encoding) {
   const std::string where = options.connect;
   auto client = std::make_unique<ClientEndpoint>(std::move(options));
-  Message hello;
-  hello.body = HeartbeatMsg{0, std::chrono::duration_cast<Millis>(
-                                   std::chrono::system_clock::now().time_since_epoch()).count()};
-  if (auto s = client->send(hello); !s)
+  if (auto s = client->send(hello_message()); !s)
     throw std::runtime_error("dial_tensor_link: cannot queue the hello to " + where + ": " +
                              s.failure().message);
   return std::make_unique<ZmqLink>(std::move(client), nullptr, std::string(), where, encoding);

@@ -211,6 +211,7 @@ struct ConnectCmd {  // dial the next stage, accept the previous one
 struct StepCmd {  // run the schedule for one batch
   int64_t step = 0;
   int64_t batch = 1;
+  uint32_t deadline_ms = 0;  // the longest any one wait of the step may take (0: no deadline)
   bool operator==(const StepCmd&) const = default;
 };
 struct FinishCmd {  // end the job

@@ -68,7 +68,7 @@ TEST_CASE("every command round-trips with its fields", "[transport][commands]") 
       ProbeStopCmd{"dev2"},
       ConnectCmd{"tcp://127.0.0.1:6000"},
       ConnectCmd{""},
-      StepCmd{123456789012, 64},
+      StepCmd{123456789012, 64, 4000},
       FinishCmd{},
       ShutdownCmd{},
       CheckpointCmd{StateKind::kParams},

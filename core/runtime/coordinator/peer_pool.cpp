@@ -64,15 +64,28 @@ std::optional<Received> PeerPool::receive(Millis timeout) {
   auto r = server_.receive(timeout);
   inbox_drained_ = !r && r.is(FailureKind::kTimeout);
   if (!r) {
-    if (r.is(FailureKind::kRejected)) {
-      ++kinds_[r.failure().peer]["rejected-invalid"];
-      log(LogLevel::kWarning, who_ + ": rejected a message from " + r.failure().peer + ": " + r.failure().message);
-    }
+    // The endpoint logged it; the audit counts it.
+    if (r.is(FailureKind::kRejected)) ++kinds_[r.failure().peer]["rejected-invalid"];
     return std::nullopt;
   }
-  ++kinds_[r.value().peer][body_kind_name(r.value().message.body)];
-  if (std::holds_alternative<HeartbeatMsg>(r.value().message.body)) return std::nullopt;
+  const Received& got = r.value();
+  ++kinds_[got.peer][body_kind_name(got.message.body)];
+  if (std::holds_alternative<HeartbeatMsg>(got.message.body)) return std::nullopt;
+  if (std::holds_alternative<RegisterMsg>(got.message.body)) return std::move(r.value());
+  auto it = index_.find(got.peer);
+  if (it == index_.end()) {
+    refuse(got.peer, "not_in_job",
+           std::string("refused a ") + body_kind_name(got.message.body) + " message from " + got.peer +
+               ": it is not part of this run (further ones are counted in \"refused_messages\", not logged)");
+    return std::nullopt;
+  }
+  if (peers_[it->second].released) return std::nullopt;  // its job ended: late replies change nothing
   return std::move(r.value());
+}
+
+void PeerPool::refuse(const std::string& peer, const std::string& reason, const std::string& text) {
+  ++refused_[reason];
+  if (refused_logged_[peer].insert(reason).second) log(LogLevel::kWarning, who_ + ": " + text);
 }
 
 nlohmann::json PeerPool::message_kinds(const std::string& peer) const {

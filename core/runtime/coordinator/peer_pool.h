@@ -4,14 +4,25 @@
 //
 // receive() is the only way messages are read: it keeps the daemons'
 // heartbeats going, notices disconnects and silence (a daemon silent for
-// `peer_timeout_ms` while nothing waits unread is declared dead), counts each sender's message kinds for
-// the run's audit, and swallows heartbeats.
+// `peer_timeout_ms` while nothing waits unread is declared dead), counts each
+// sender's message kinds for the run's audit, and swallows heartbeats.
+//
+// It is also the first gate of who may send what (docs/protocol.md): a
+// sender is known by its authenticated key (the ZAP User-Id), never by what
+// it writes. Anyone on the allow-list may register; every other message is
+// accepted only from a peer of this run's roster (add()) that is still in its
+// job (not released). Messages from anyone else are refused: counted by
+// reason (refused_json(), the result's "refused_messages"), logged once per
+// sender and reason, and never seen by the driver. Drivers refuse what the
+// roster alone cannot tell (the wrong role, a step outside the window) with
+// refuse().
 #pragma once
 
 #include <chrono>
 #include <functional>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -57,6 +68,11 @@ class PeerPool {
   void set_monitoring(bool on) { monitoring_ = on; }
   // Message kinds each peer sent: {peer: {kind: count}} (rejected messages as "rejected-invalid").
   nlohmann::json message_kinds(const std::string& peer) const;
+  // Counts a refused message of `peer` under `reason` (snake_case, e.g.
+  // "not_in_job") and logs `text` the first time this peer is refused for it.
+  void refuse(const std::string& peer, const std::string& reason, const std::string& text);
+  // {reason: count} of every message refused so far.
+  nlohmann::json refused_json() const { return nlohmann::json(refused_); }
   // Sends `m` to every live, unreleased peer (errors ignored: a dead peer is noticed by the health checks).
   void send_all(const transport::Message& m);
   // Text appended to "peer X disconnected" log lines, e.g. " (round 3)".
@@ -73,6 +89,8 @@ class PeerPool {
   std::vector<PoolPeer> peers_;
   std::map<std::string, size_t> index_;
   std::map<std::string, std::map<std::string, int64_t>> kinds_;
+  std::map<std::string, int64_t> refused_;                 // reason -> count
+  std::map<std::string, std::set<std::string>> refused_logged_;  // peer -> reasons already logged
   bool monitoring_ = false;
   bool inbox_drained_ = false;  // the last receive found nothing waiting
   std::chrono::steady_clock::time_point last_heartbeat_ = std::chrono::steady_clock::now();

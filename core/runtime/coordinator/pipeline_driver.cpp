@@ -185,6 +185,7 @@ void Driver::train() {
   pos_ = start_.position;
   step_ = next_loss_step_ = pos_.step;
   bar_ = std::make_unique<ProgressBar>(cfg_.progress);
+  last_progress_ = Clock::now();
   const int64_t per_epoch = loader_->batches_per_epoch();
   bool stopped = false;
   for (int64_t epoch = pos_.epoch; epoch < cfg_.epochs && !stopped; ++epoch) {
@@ -209,6 +210,7 @@ void Driver::train() {
         collect(step_);  // every stage has applied this step
         save_training_state(cfg_.save_path, assemble_training_state(cfg_, spec_, ocfg_, pos_,
                                                                     gather_states(optimizer_state_names(ocfg_).size())));
+        last_progress_ = Clock::now();  // the checkpoint's time is not a stall
       }
     }
     collect(step_);
@@ -233,7 +235,8 @@ void Driver::stream_batch(int64_t step, Batch batch) {
   const int64_t in_floats = numel(spec_.input);
   const int64_t target_floats = classify ? 1 : numel(spec_.output());
   const int m = static_cast<int>(std::min<int64_t>(cfg_.microbatches, batch.size));
-  const Message sc = command_message(StepCmd{step, batch.size}, session_->next_request_id());
+  const auto deadline = static_cast<uint32_t>(std::min<int64_t>(step_deadline().count(), UINT32_MAX));
+  const Message sc = command_message(StepCmd{step, batch.size, deadline}, session_->next_request_id());
   for (const auto& d : devices_) send(d.name, sc);
   auto xs = std::make_shared<std::vector<float>>(std::move(batch.x));
   auto ys = std::make_shared<std::vector<float>>(std::move(batch.y));
@@ -255,20 +258,55 @@ void Driver::collect(int64_t upto) {
   while (next_loss_step_ < upto) {
     auto it = last_metrics_.find(next_loss_step_);
     if (it == last_metrics_.end()) {
+      if (Clock::now() - last_progress_ > step_deadline() + Millis(opts_.peer_timeout_ms)) fail(stall_report());
       (void)receive(Millis(50));
       continue;
     }
     const double loss = it->second.loss_sum / static_cast<double>(step_batch_[next_loss_step_]);
-    if (!std::isfinite(loss))
-      fail("training diverged at step " + std::to_string(next_loss_step_) + " (loss " + std::to_string(loss) +
-           "): lower --lr");
     losses_.push_back(loss);
     step_done_.push_back(Clock::now());
+    if (step_done_.size() >= 2)
+      slowest_step_ = std::max(slowest_step_, step_done_.back() - step_done_[step_done_.size() - 2]);
     last_metrics_.erase(it);
     ++next_loss_step_;
     bar_->update(next_loss_step_ - epoch_first_step_, loss,
                  epoch_samples_ / std::max(1e-9, seconds_since(t_epoch_)));
   }
+}
+
+// The longest any one wait of a step may take, on the daemons and here:
+// --peer-timeout plus four times the slowest step so far; before a step has
+// been timed, a minute (or ten predicted steps) for the warm-up.
+Millis Driver::step_deadline() const {
+  using std::chrono::duration_cast;
+  const auto warm_up = std::max<Clock::duration>(std::chrono::seconds(60),
+                                                 duration_cast<Clock::duration>(std::chrono::duration<double>(
+                                                     10 * predicted_batch_seconds_)));
+  const Clock::duration allowance = step_done_.size() >= 2 ? 4 * slowest_step_ : warm_up;
+  return Millis(opts_.peer_timeout_ms) + duration_cast<Millis>(allowance);
+}
+
+// What a stalled run was waiting for: each stage's last finished step.
+std::string Driver::stall_report() const {
+  std::string stages;
+  int behind = -1;
+  for (const auto& d : devices_) {
+    const auto it = progress_.find(d.name);
+    const int64_t done = it == progress_.end() ? -1 : it->second;
+    if (behind < 0 && done < next_loss_step_) behind = d.stage;
+    stages += (stages.empty() ? "" : ", ") + std::string("stage ") + std::to_string(d.stage) + " (" + d.name + ") " +
+              (done < 0 ? "none yet" : "step " + std::to_string(done));
+  }
+  const StageDevice& late = devices_[static_cast<size_t>(std::max(0, behind))];
+  return "the pipeline stalled: no stage finished a step for " +
+         std::to_string(std::chrono::duration_cast<Millis>(Clock::now() - last_progress_).count() / 1000) +
+         " s (the deadline is " + std::to_string(step_deadline().count() + opts_.peer_timeout_ms) +
+         " ms, from --peer-timeout and the slowest step). Waiting for step " + std::to_string(next_loss_step_) +
+         " of stage " + std::to_string(late.stage) + " (" + late.name + ")" +
+         (late.stage > 0 ? ", which needs the link from stage " + std::to_string(late.stage - 1) + " (" +
+                               devices_[static_cast<size_t>(late.stage - 1)].name + ")"
+                         : "") +
+         ". Last finished: " + stages;
 }
 
 // The stage blocks concatenate to the whole model's block; with the optimizer
@@ -346,6 +384,7 @@ nlohmann::json Driver::result(const EvalResult& ev, int64_t parameters) const {
     out["prediction"] = prediction();
   }
   out["stage_busy"] = busy_;
+  out["refused_messages"] = session_->pool().refused_json();
   const int p = static_cast<int>(devices_.size());
   out["bubble_theoretical"] = static_cast<double>(p - 1) / static_cast<double>(cfg_.microbatches + p - 1);
   if (!opts_.trace_path.empty()) out["trace"] = opts_.trace_path;
@@ -423,11 +462,41 @@ std::optional<Received> Driver::receive(Millis timeout) {
     return std::nullopt;
   }
   if (auto* mm = std::get_if<MetricsMsg>(&got.message.body)) {
-    progress_[got.peer] = mm->step;
-    if (mm->stage == static_cast<int>(devices_.size()) - 1) last_metrics_[mm->step] = *mm;
+    accept_metrics(got.peer, *mm);
     return std::nullopt;
   }
   return std::move(got);
+}
+
+// A step's metrics count only from the daemon assigned the stage they name
+// (by its authenticated name, not by the stage number it writes) and for a
+// step in flight; the last stage's loss must be finite.
+void Driver::accept_metrics(const std::string& peer, const MetricsMsg& mm) {
+  PeerPool& pool = session_->pool();
+  const auto it = std::find_if(devices_.begin(), devices_.end(), [&](const StageDevice& d) { return d.name == peer; });
+  if (it == devices_.end() || it->stage < 0 || mm.stage != it->stage) {
+    pool.refuse(peer, "metrics_from_wrong_stage",
+                "refused metrics from " + peer + " for stage " + std::to_string(mm.stage) +
+                    (it == devices_.end() || it->stage < 0 ? ": it runs no stage"
+                                                           : ": it runs stage " + std::to_string(it->stage)));
+    return;
+  }
+  // In flight for this stage: streamed, and after the last step it finished.
+  const int64_t first = progress_.count(peer) ? progress_[peer] + 1 : start_.position.step;
+  if (mm.step < first || mm.step >= step_) {
+    pool.refuse(peer, "metrics_outside_step_window",
+                "refused metrics from " + peer + " for step " + std::to_string(mm.step) + ": its steps in flight are " +
+                    std::to_string(first) + ".." + std::to_string(step_ - 1));
+    return;
+  }
+  progress_[peer] = mm.step;
+  last_progress_ = Clock::now();
+  if (mm.stage != static_cast<int>(devices_.size()) - 1) return;
+  const double loss = mm.loss_sum / static_cast<double>(std::max<int64_t>(1, step_batch_[mm.step]));
+  if (!std::isfinite(loss))
+    fail("device " + peer + " (stage " + std::to_string(mm.stage) + ", the last) reported a non-finite loss (" +
+         std::to_string(loss) + ") at step " + std::to_string(mm.step) + ": training diverged; lower --lr");
+  last_metrics_[mm.step] = mm;
 }
 
 Received Driver::request(const std::string& peer, Message m, const char* what, Millis timeout) {

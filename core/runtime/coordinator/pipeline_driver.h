@@ -59,6 +59,8 @@ class Driver {
   void train();
   void stream_batch(int64_t step, Batch batch);
   void collect(int64_t upto);  // records the losses of every step < upto, in order
+  transport::Millis step_deadline() const;
+  std::string stall_report() const;
   std::vector<float> gather_params();
   void finish_stages();
   void write_trace();
@@ -74,6 +76,7 @@ class Driver {
   // Messages (pipeline_driver.cpp).
   std::optional<transport::Received> receive(transport::Millis timeout);
   void fail_if_a_stage_died();
+  void accept_metrics(const std::string& peer, const transport::MetricsMsg& mm);
   void send(const std::string& peer, const transport::Message& m);
   [[noreturn]] static void fail(const std::string& text);
   transport::Received request(const std::string& peer, transport::Message m, const char* what,
@@ -115,6 +118,8 @@ class Driver {
   std::vector<Clock::time_point> step_done_;  // when each step's loss arrived
   std::map<int64_t, transport::MetricsMsg> last_metrics_;  // step -> metrics of the last stage
   std::map<std::string, int64_t> progress_;  // device -> last step it finished
+  Clock::time_point last_progress_ = Clock::now();  // when a stage last finished a step
+  Clock::duration slowest_step_{};                   // longest gap between two steps' losses
   int64_t step_ = 0, next_loss_step_ = 0, samples_ = 0;
   int64_t epoch_first_step_ = 0, epoch_samples_ = 0;
   Clock::time_point t_epoch_;

@@ -3,6 +3,7 @@
 
 #include "core/runtime/daemon/tensor_mailbox.h"
 
+#include <cstdio>
 #include <map>
 #include <memory>
 #include <stdexcept>
@@ -45,57 +46,91 @@ struct StageJob {
 };
 
 // Where a running stage's tensors come from and go to: the coordinator's
-// mailbox (inputs, labels) and the links to the neighbouring stages.
+// mailbox (inputs, labels) and the links to the neighbouring stages. Every
+// wait of a step is bounded by the step's deadline (StepCmd.deadline_ms, set
+// by the coordinator from the measured step time and --peer-timeout): a
+// stalled link ends the job with an error that names the stage, the link and
+// what it waited for, instead of waiting for ever.
 class DaemonIO : public StageIO {
  public:
-  DaemonIO(const JobContext& ctx, StageJob& job) : ctx_(ctx), job_(job) {}
+  DaemonIO(const JobContext& ctx, StageJob& job, Millis deadline) : ctx_(ctx), job_(job), deadline_(deadline) {}
 
   Tensor receive_input(int64_t step, int mb) override {
     if (!job_.prev) return from_message(ctx_.device, wait_coordinator(TensorKind::kInput, step, mb));
-    return from_message(ctx_.device, wait_link(*job_.prev, "previous stage", TensorKind::kActivation, step, mb));
+    return from_message(ctx_.device, wait_link(*job_.prev, kPrevious, TensorKind::kActivation, step, mb));
   }
   Tensor receive_targets(int64_t step, int mb) override {
     return from_message(ctx_.device, wait_coordinator(TensorKind::kLabels, step, mb));
   }
   void send_output(int64_t step, int mb, const Tensor& y) override {
-    send(*job_.next, "next stage", to_message(y, TensorKind::kActivation, step, mb));
+    send(*job_.next, kNext, to_message(y, TensorKind::kActivation, step, mb));
   }
   Tensor receive_output_grad(int64_t step, int mb) override {
-    return from_message(ctx_.device, wait_link(*job_.next, "next stage", TensorKind::kGradient, step, mb));
+    return from_message(ctx_.device, wait_link(*job_.next, kNext, TensorKind::kGradient, step, mb));
   }
   void send_input_grad(int64_t step, int mb, const Tensor& dx) override {
-    send(*job_.prev, "previous stage", to_message(dx, TensorKind::kGradient, step, mb));
+    send(*job_.prev, kPrevious, to_message(dx, TensorKind::kGradient, step, mb));
   }
 
  private:
+  enum Side { kPrevious, kNext };
+
   void check_alive() {
     if (const std::string why = job_interruption(ctx_.serving("stage")); !why.empty()) throw JobAborted(why);
   }
 
+  // "the previous stage d1 (zmq tcp://127.0.0.1:4000 f32)"
+  std::string neighbour(Side side, const TensorLink* link) const {
+    const auto& peer = side == kPrevious ? job_.assign.prev : job_.assign.next;
+    std::string text = side == kPrevious ? "the previous stage" : "the next stage";
+    if (peer && !peer->name.empty()) text += " " + peer->name;
+    if (link) text += " (link " + link->describe() + ")";
+    return text;
+  }
+
+  // Throws once `t0` is more than the step's deadline ago: `what` is what the
+  // stage was waiting for.
+  void check_deadline(Clock::time_point t0, const std::string& what) const {
+    if (deadline_.count() <= 0 || Clock::now() - t0 <= deadline_) return;
+    char waited[32];
+    std::snprintf(waited, sizeof waited, "%.1f s", std::chrono::duration<double>(Clock::now() - t0).count());
+    throw std::runtime_error("stage " + std::to_string(job_.assign.stage) + " waited " + waited + " for " + what +
+                             " (the step's deadline is " + std::to_string(deadline_.count()) + " ms): the link stalled");
+  }
+
+  static std::string tensor_of(TensorKind kind, int64_t step, int mb) {
+    return std::string("the ") + tensor_kind_name(kind) + " of step " + std::to_string(step) + ", micro-batch " +
+           std::to_string(mb);
+  }
+
   TensorMessage wait_coordinator(TensorKind kind, int64_t step, int mb) {
+    const auto t0 = Clock::now();
     for (;;) {
       if (auto t = ctx_.channel.take_tensor(kind, step, mb)) return std::move(*t);
       check_alive();
+      check_deadline(t0, tensor_of(kind, step, mb) + " from the coordinator");
       ctx_.channel.poll(Millis(50));
     }
   }
 
-  TensorMessage wait_link(TensorLink& link, const char* which, TensorKind kind, int64_t step, int mb) {
+  TensorMessage wait_link(TensorLink& link, Side side, TensorKind kind, int64_t step, int mb) {
+    const auto t0 = Clock::now();
     for (;;) {
       if (auto t = job_.early.take(kind, step, mb)) return std::move(*t);
       auto r = link.receive(Millis(20));
       if (r) {
         TensorMessage& t = r.value();
         if (static_cast<int>(t.kind) == static_cast<int>(kind) && t.step == step && t.micro_batch == mb) return std::move(t);
-        job_.early.put(std::move(t), std::string("the ") + which);
+        job_.early.put(std::move(t), neighbour(side, nullptr));
         continue;
       }
-      if (r.is(FailureKind::kClosed)) throw std::runtime_error(std::string("link to the ") + which + " closed");
+      if (r.is(FailureKind::kClosed)) throw std::runtime_error("the link to " + neighbour(side, &link) + " closed");
       if (r.is(FailureKind::kRejected))
-        log(LogLevel::kWarning, "cleaved " + ctx_.options.name + ": rejected input from the " + which + ": " +
-                                    r.failure().message);
+        log(LogLevel::kWarning, "cleaved " + ctx_.options.name + ": rejected input from " + neighbour(side, nullptr) +
+                                    ": " + r.failure().message);
       ctx_.channel.drain();
       check_alive();
+      check_deadline(t0, tensor_of(kind, step, mb) + " from " + neighbour(side, &link));
     }
   }
 
@@ -103,7 +138,9 @@ class DaemonIO : public StageIO {
   // keeps it alive until then), so a micro-batch's output and input gradient
   // are freed as soon as they are on the wire: the stage holds no more than
   // the memory model counts (core/planner/memory_model.h).
-  void send(TensorLink& link, const char* which, TensorMessage m) {
+  void send(TensorLink& link, Side side, TensorMessage m) {
+    const auto t0 = Clock::now();
+    const std::string what = "the link to " + neighbour(side, &link) + " to take " + tensor_of(m.kind, m.step, m.micro_batch);
     std::weak_ptr<const void> on_the_wire;
     if (m.owner) {
       auto token = std::make_shared<const std::shared_ptr<const void>>(std::move(m.owner));
@@ -114,20 +151,23 @@ class DaemonIO : public StageIO {
       Status s = link.send(m);
       if (s) break;
       if (!s.is(FailureKind::kUnreachable))
-        throw std::runtime_error(std::string("cannot send to the ") + which + ": " + s.failure().message);
+        throw std::runtime_error("cannot send to " + neighbour(side, &link) + ": " + s.failure().message);
       // The previous stage has not said hello yet: wait for it.
       ctx_.channel.poll(Millis(20));
       check_alive();
+      check_deadline(t0, what);
     }
     m.owner.reset();
     while (!on_the_wire.expired()) {
       ctx_.channel.poll(Millis(1));
       check_alive();
+      check_deadline(t0, what);
     }
   }
 
   const JobContext& ctx_;
   StageJob& job_;
+  Millis deadline_;
 };
 
 // Builds the stage of `a`, or throws (OutOfMemory, a bad model) with the reason.
@@ -256,7 +296,7 @@ class PipelineStage {
   void step(const StepCmd& s) {
     StageJob& job = *job_;
     const int m = static_cast<int>(std::min<int64_t>(job.microbatches, s.batch));
-    DaemonIO io(ctx_, job);
+    DaemonIO io(ctx_, job, Millis(s.deadline_ms));
     auto actions = make_schedule(job.schedule, job.stage->index(), job.stage->count(), m);
     const double t0 = monotonic_us();
     StepMetrics sm = job.stage->run(actions, io, s.step, s.batch, job.seed, job.tracer.get());
