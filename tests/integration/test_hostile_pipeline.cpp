@@ -187,5 +187,7 @@ TEST_CASE("metrics and errors from an allow-listed peer outside the job are refu
     CHECK(l.get<double>() > 0.01);  // the forged loss is 1e-6 / 32 per sample
   }
   CHECK(out["refused_messages"].value("not_in_job", 0) > 0);
+  // The job's own daemons sent nothing that was refused.
+  CHECK(out["refused_messages"].size() == 1);
   CHECK(out["test_accuracy"].get<double>() > 0.3);
 }

@@ -502,15 +502,18 @@ void Driver::accept_metrics(const std::string& peer, const MetricsMsg& mm) {
 Received Driver::request(const std::string& peer, Message m, const char* what, Millis timeout) {
   m.request_id = session_->next_request_id();
   send(peer, m);
-  return wait_for_reply(peer, m.request_id, what, timeout);
+  awaiting_ = {peer, m.request_id};
+  Received r = wait_for_reply(peer, m.request_id, what, timeout);
+  awaiting_ = {};
+  return r;
 }
 
 Received Driver::wait_for_reply(const std::string& peer, uint64_t request_id, const char* what, Millis timeout) {
   const auto t0 = Clock::now();
   while (Clock::now() - t0 < timeout) {
-    if (auto it = replies_.find({peer, request_id}); it != replies_.end()) {
-      Received r = std::move(it->second);
-      replies_.erase(it);
+    if (reply_ && reply_->peer == peer) {
+      Received r = std::move(*reply_);
+      reply_.reset();
       return r;
     }
     auto got = receive(Millis(100));
@@ -526,14 +529,19 @@ nlohmann::json Driver::ack_detail(const Received& r) const {
   return j;
 }
 
+// Requests go one at a time: the reply (ack or weights) counts only from the
+// daemon asked, with the request's id; any other reply is refused.
 void Driver::keep_reply(Received&& r) {
-  // Replies (acks, weights) are kept until someone waits for them.
-  if (auto* a = std::get_if<AckMsg>(&r.message.body)) {
-    replies_[{r.peer, a->request_id}] = std::move(r);
-  } else if (std::holds_alternative<WeightsMsg>(r.message.body)) {
-    const uint64_t id = r.message.request_id;
-    replies_[{r.peer, id}] = std::move(r);
+  const auto* a = std::get_if<AckMsg>(&r.message.body);
+  if (!a && !std::holds_alternative<WeightsMsg>(r.message.body)) return;
+  const uint64_t id = a ? a->request_id : r.message.request_id;
+  if (r.peer == awaiting_.first && id == awaiting_.second && id != 0) {
+    reply_ = std::move(r);
+    return;
   }
+  session_->pool().refuse(r.peer, "unexpected_reply",
+                          "refused a reply from " + r.peer + " to request " + std::to_string(id) +
+                              ": nothing was asked of it");
 }
 
 void Driver::stop_all() {

@@ -133,7 +133,8 @@ class Driver {
   std::vector<nlohmann::json> stage_memory_;  // per stage: what its daemon estimated and measured
 
   uint64_t probe_seq_ = 0;
-  std::map<std::pair<std::string, uint64_t>, transport::Received> replies_;  // (peer, request id) -> reply
+  std::pair<std::string, uint64_t> awaiting_;    // the request in flight: (peer, request id)
+  std::optional<transport::Received> reply_;     // its reply, once it arrived
 };
 
 }  // namespace cleave::pipeline_detail
