@@ -1,7 +1,7 @@
 // test_hostile_pipeline.cpp: issue 13's findings 1 and 2 against real cleaved
 // processes on loopback: a stage link reset mid-run never hangs the run, and
 // metrics and errors from an allow-listed peer that is not part of the job
-// are refused, counted and change nothing.
+// are refused, counted and change nothing (pipeline and federated runs).
 #include <catch2/catch.hpp>
 
 #include <netinet/in.h>
@@ -16,6 +16,7 @@
 #include <limits>
 #include <thread>
 
+#include "core/runtime/coordinator/fed_coordinator.h"
 #include "core/runtime/coordinator/pipeline.h"
 #include "integration/daemon_cluster.h"
 #include "skip.h"
@@ -69,6 +70,45 @@ bool wait_for_log(const DaemonCluster& c, int i, const std::string& text, std::c
   }
   return false;
 }
+
+// An allow-listed key that is not part of the job (dev3 of a cluster): from
+// the moment the coordinator listens it sends metrics claiming to be stage 1
+// (tiny and NaN losses, a million samples) and, every tenth message, an error
+// asking the run to stop.
+class HostilePeer {
+ public:
+  void start(const DaemonCluster& cluster, const std::string& endpoint) {
+    transport::ClientOptions o;
+    o.connect = endpoint;
+    o.keys = transport::load_secret_key(cluster.dir() + "/dev3.key");
+    o.server_public_key = transport::load_public_key(cluster.dir() + "/coordinator.pub");
+    o.label = "hostile dev3";
+    thread_ = std::thread([this, o] { run(o); });
+  }
+  ~HostilePeer() {
+    done_ = true;
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  void run(const transport::ClientOptions& o) {
+    transport::ClientEndpoint c(o);
+    for (int64_t i = 0; !done_; ++i) {
+      transport::MetricsMsg mm;
+      mm.stage = 1;
+      mm.step = i % 40;
+      mm.loss_sum = i % 2 ? std::numeric_limits<float>::quiet_NaN() : 1e-6f;
+      mm.sample_count = 1'000'000;
+      (void)c.send(transport::message_of(mm));
+      if (i % 10 == 0)
+        (void)c.send(transport::message_of(transport::ErrorMsg{transport::ErrorCode::kInternal, "hostile: stop this run", 0}));
+      std::this_thread::sleep_for(10ms);
+    }
+  }
+
+  std::atomic<bool> done_{false};
+  std::thread thread_;
+};
 
 // The run, on its own thread, ended with this result or this error.
 struct Outcome {
@@ -136,38 +176,11 @@ TEST_CASE("metrics and errors from an allow-listed peer outside the job are refu
   CLEAVE_SKIP_UNLESS_FASHION_MNIST();
   DaemonCluster cluster(3);  // dev3 is on the allow-list but never part of the job
   ClusterOptions cl = cluster.options(2);
-  std::atomic<bool> done{false};
-  std::string endpoint;
-  std::thread hostile;
+  HostilePeer hostile;
   cl.on_listening = [&](const std::string& ep) {
-    endpoint = ep;
     cluster.start(1, ep);
     cluster.start(2, ep);
-    hostile = std::thread([&, ep] {
-      transport::ClientOptions o;
-      o.connect = ep;
-      o.keys = transport::load_secret_key(cluster.dir() + "/dev3.key");
-      o.server_public_key = transport::load_public_key(cluster.dir() + "/coordinator.pub");
-      o.label = "hostile dev3";
-      transport::ClientEndpoint c(o);
-      int64_t step = 0;
-      while (!done) {
-        transport::MetricsMsg mm;
-        mm.stage = 1;  // claims to be the last stage
-        mm.step = step % 40;
-        mm.loss_sum = step % 2 ? std::numeric_limits<float>::quiet_NaN() : 1e-6f;
-        mm.sample_count = 1'000'000;
-        (void)c.send(transport::message_of(mm));
-        if (step % 10 == 0) {
-          transport::ErrorMsg e{transport::ErrorCode::kInternal, "hostile: abort this run", 0};
-          transport::Message m;
-          m.body = e;
-          (void)c.send(m);
-        }
-        ++step;
-        std::this_thread::sleep_for(10ms);
-      }
-    });
+    hostile.start(cluster, ep);
   };
   const TrainConfig cfg = mlp_config(640, 32);
   nlohmann::json out;
@@ -177,8 +190,6 @@ TEST_CASE("metrics and errors from an allow-listed peer outside the job are refu
   } catch (const std::exception& e) {
     error = e.what();
   }
-  done = true;
-  if (hostile.joinable()) hostile.join();
   INFO(error);
   REQUIRE(error.empty());
   REQUIRE(out["losses"].size() == 20);
@@ -190,4 +201,34 @@ TEST_CASE("metrics and errors from an allow-listed peer outside the job are refu
   // The job's own daemons sent nothing that was refused.
   CHECK(out["refused_messages"].size() == 1);
   CHECK(out["test_accuracy"].get<double>() > 0.3);
+}
+
+TEST_CASE("errors and metrics from an allow-listed peer outside a federated run neither stop nor change it",
+          "[integration][fed][hostile]") {
+  CLEAVE_SKIP_UNLESS_FASHION_MNIST();
+  DaemonCluster cluster(3);
+  FedOptions o;
+  o.clients = 2;
+  o.rounds = 2;
+  cluster.connect(o);
+  HostilePeer hostile;
+  o.on_listening = [&](const std::string& ep) {
+    for (int i = 1; i <= 2; ++i)
+      cluster.start(i, ep, {"--dataset", "fashion-mnist", "--shard", std::to_string(i - 1) + "/2", "--limit-train", "1000"});
+    hostile.start(cluster, ep);
+  };
+  TrainConfig cfg = mlp_config(1000, 32);
+  nlohmann::json out;
+  std::string error;
+  try {
+    out = train_federated(cfg, o);
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  INFO(error);
+  REQUIRE(error.empty());
+  REQUIRE(out["rounds"].size() == 2);
+  for (const auto& r : out["rounds"]) CHECK(r["participants"] == 2);
+  CHECK(out["refused_messages"].value("not_in_job", 0) > 0);
+  CHECK(out["refused_messages"].size() == 1);
 }

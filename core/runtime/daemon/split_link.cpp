@@ -7,6 +7,7 @@
 namespace cleave {
 
 using namespace transport;
+using Clock = std::chrono::steady_clock;
 
 namespace {
 
@@ -31,7 +32,21 @@ void check_split_job_alive(const SplitJobContext& ctx) {
 SplitLink::SplitLink(std::unique_ptr<TensorLink> link, std::string peer, const SplitJobContext& ctx)
     : link_(std::move(link)), peer_(std::move(peer)), ctx_(ctx) {}
 
+// No wait on the cut-layer link lasts for ever: --coordinator-timeout plus
+// four times the slowest wait so far (a minute before the first one ended).
+void SplitLink::check_deadline(Clock::time_point t0, const std::string& what) const {
+  const auto allowance = slowest_wait_ > Clock::duration::zero() ? 4 * slowest_wait_ : Clock::duration(std::chrono::seconds(60));
+  const auto deadline = Millis(ctx_.options.coordinator_timeout_ms) + std::chrono::duration_cast<Millis>(allowance);
+  if (Clock::now() - t0 <= deadline) return;
+  throw std::runtime_error("waited " + std::to_string(std::chrono::duration_cast<Millis>(Clock::now() - t0).count() / 1000) +
+                           " s for " + what + " over the link to " + peer_ + " (" + link_->describe() +
+                           "; the deadline is " + std::to_string(deadline.count()) + " ms): the link stalled");
+}
+
+void SplitLink::waited_since(Clock::time_point t0) { slowest_wait_ = std::max(slowest_wait_, Clock::now() - t0); }
+
 Tensor SplitLink::receive(TensorKind kind, int64_t seq) {
+  const auto t0 = Clock::now();
   for (;;) {
     if (auto t = early_.take(kind, seq)) return from_message(ctx_.device, *t);
     // Keep the coordinator's connection served even when tensors arrive back to back.
@@ -42,7 +57,10 @@ Tensor SplitLink::receive(TensorKind kind, int64_t seq) {
       KindRecord& rec = record_[kind_key(t.kind)];
       ++rec.count;
       if (!t.shape.empty()) rec.sample_shapes.insert(Shape(t.shape.begin() + 1, t.shape.end()));
-      if (t.kind == kind && t.step == seq) return from_message(ctx_.device, t);
+      if (t.kind == kind && t.step == seq) {
+        waited_since(t0);
+        return from_message(ctx_.device, t);
+      }
       if (t.step < seq)
         throw std::runtime_error(peer_ + " sent a stale " + kind_key(t.kind) + " tensor (#" + std::to_string(t.step) +
                                  ", expected #" + std::to_string(seq) + ")");
@@ -53,6 +71,7 @@ Tensor SplitLink::receive(TensorKind kind, int64_t seq) {
     if (r.is(FailureKind::kRejected))
       log(LogLevel::kWarning, "cleaved " + ctx_.options.name + ": rejected input from " + peer_ + ": " + r.failure().message);
     check_split_job_alive(ctx_);
+    check_deadline(t0, std::string("the ") + kind_key(kind) + " #" + std::to_string(seq));
   }
 }
 
@@ -67,6 +86,7 @@ Tensor SplitLink::receive(TensorKind kind, int64_t seq, const Shape& sample_shap
 
 void SplitLink::send(TensorKind kind, int64_t seq, const Tensor& t) {
   const TensorMessage m = to_message(t, kind, seq, 0);
+  const auto t0 = Clock::now();
   for (;;) {
     Status s = link_->send(m);
     if (s) return;
@@ -75,6 +95,7 @@ void SplitLink::send(TensorKind kind, int64_t seq, const Tensor& t) {
     // The peer has not said hello yet: wait for it.
     ctx_.channel.poll(Millis(20));
     check_split_job_alive(ctx_);
+    check_deadline(t0, std::string("the peer to take ") + kind_key(kind) + " #" + std::to_string(seq));
   }
 }
 

@@ -6,8 +6,11 @@
 // connection served (heartbeats answered, a queued stop noticed), files
 // tensors that arrive ahead of their turn, and records what the peer sent
 // (kind, count, per-sample shape) so a run can prove what left a client.
+// No wait lasts for ever: --coordinator-timeout plus four times the slowest
+// wait so far (a minute before the first), then an error naming the link.
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <map>
 #include <optional>
@@ -74,6 +77,10 @@ class SplitLink {
   nlohmann::json received_record() const;
 
  private:
+  using Clock = std::chrono::steady_clock;
+  void check_deadline(Clock::time_point t0, const std::string& what) const;
+  void waited_since(Clock::time_point t0);
+
   struct KindRecord {
     int64_t count = 0;
     std::set<Shape> sample_shapes;
@@ -83,6 +90,7 @@ class SplitLink {
   const SplitJobContext& ctx_;
   TensorMailbox early_{64};  // a peer may run at most 64 tensors ahead
   std::map<std::string, KindRecord> record_;
+  Clock::duration slowest_wait_{};
 };
 
 }  // namespace cleave
