@@ -34,6 +34,12 @@ void add_fed_command(CLI::App& root) {
       ->check(flag_checks::non_negative());
   cmd->add_option("--trim", o->trim_fraction, "trimmed-mean: share cut from each end per coordinate")
       ->capture_default_str()->check(flag_checks::within(0, 0.5, /*hi_open=*/true));
+  cmd->add_option("--max-client-samples", o->max_client_samples,
+                  "Most samples one client's update may count per local epoch (0: only its registered shard size)")
+      ->capture_default_str()->check(flag_checks::non_negative());
+  cmd->add_option("--max-update-norm", o->max_update_norm,
+                  "Clip every client update to this L2 distance from the global weights (0: off)")
+      ->capture_default_str()->check(flag_checks::non_negative());
   add_coordinator_flags(*cmd, *o, "client");
   cmd->add_option("--peer-timeout", o->peer_timeout_ms, "A client silent this many ms is dropped")
       ->capture_default_str()->check(flag_checks::positive());

@@ -9,6 +9,7 @@
 #include <stdexcept>
 
 #include "core/io/atomic_file.h"
+#include "core/io/untrusted_json.h"
 
 namespace cleave {
 
@@ -101,8 +102,9 @@ nlohmann::json read_header(const InputFile& f, const Layout& l) {
   if (!text.empty()) f.read_at(kPrefixBytes, text.data(), text.size());
   nlohmann::json header;
   try {
-    header = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& e) {
+    // A file a user was given may be hostile: the depth is bounded before parsing.
+    header = parse_untrusted_json(text, kFileJsonLimits, "header");
+  } catch (const std::invalid_argument& e) {
     bad(f.path(), std::string("invalid checkpoint header (not JSON: ") + e.what() + ")");
   }
   if (!header.is_object() || !header.contains("blocks") || !header.at("blocks").is_array())

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/io/atomic_file.h"
+#include "core/io/untrusted_json.h"
 
 namespace cleave {
 
@@ -70,8 +71,9 @@ Parsed parse_header(const InputFile& f) {
   f.read_at(8, text.data(), text.size());
   nlohmann::json header;
   try {
-    header = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& e) {
+    // A file a user was given may be hostile: the depth is bounded before parsing.
+    header = parse_untrusted_json(text, JsonLimits{kMaxHeaderBytes, kFileJsonLimits.max_depth}, "header");
+  } catch (const std::invalid_argument& e) {
     bad(path, std::string("invalid safetensors header (not JSON): ") + e.what());
   }
   if (!header.is_object()) bad(path, "invalid safetensors header: expected a JSON object");

@@ -6,12 +6,10 @@
 // Layer indices in messages are 0-based, like Partition's global layer indices.
 #include "core/model/model_spec.h"
 
-#include <cerrno>
-#include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <stdexcept>
 
+#include "core/io/untrusted_json.h"
 #include "core/nn/layer.h"
 
 namespace cleave {
@@ -29,11 +27,11 @@ std::invalid_argument spec_error(const std::string& source, const std::string& w
 Shape parse_input(const json& v, const std::string& source) {
   if (!v.is_array() || v.empty())
     throw spec_error(source, "field 'input': expected a non-empty array of positive integers (per-sample shape, "
-                             "e.g. [1, 28, 28]), got " + v.dump());
+                             "e.g. [1, 28, 28]), got " + json_excerpt(v));
   Shape s;
   for (const json& d : v) {
     if (!d.is_number_integer() || d.get<int64_t>() < 1 || d.get<int64_t>() > (int64_t{1} << 30))
-      throw spec_error(source, "field 'input': expected positive integers, got " + v.dump());
+      throw spec_error(source, "field 'input': expected positive integers, got " + json_excerpt(v));
     s.push_back(d.get<int64_t>());
   }
   return s;
@@ -45,7 +43,7 @@ LossKind parse_loss(const json& v, const std::string& source) {
     if (s == "cross_entropy") return LossKind::cross_entropy;
     if (s == "mse") return LossKind::mse;
   }
-  throw spec_error(source, "field 'loss': unknown loss " + v.dump() + " (known: cross_entropy, mse)");
+  throw spec_error(source, "field 'loss': unknown loss " + json_excerpt(v) + " (known: cross_entropy, mse)");
 }
 
 }  // namespace
@@ -59,7 +57,7 @@ const char* loss_name(LossKind k) {
 }
 
 ModelSpec ModelSpec::parse(const json& doc, const std::string& source) {
-  if (!doc.is_object()) throw spec_error(source, "a model must be a JSON object, got " + doc.dump());
+  if (!doc.is_object()) throw spec_error(source, "a model must be a JSON object, got " + json_excerpt(doc));
   for (const auto& [key, value] : doc.items()) {
     bool known = false;
     for (const char* f : kTopFields) known = known || key == f;
@@ -70,7 +68,7 @@ ModelSpec ModelSpec::parse(const json& doc, const std::string& source) {
   spec.source = source;
   if (doc.contains("name")) {
     if (!doc["name"].is_string() || doc["name"].get<std::string>().empty())
-      throw spec_error(source, "field 'name': expected a non-empty string, got " + doc["name"].dump());
+      throw spec_error(source, "field 'name': expected a non-empty string, got " + json_excerpt(doc["name"]));
     spec.name = doc["name"].get<std::string>();
   } else {
     spec.name = std::filesystem::path(source).stem().string();
@@ -106,17 +104,8 @@ ModelSpec ModelSpec::parse(const json& doc, const std::string& source) {
 }
 
 ModelSpec ModelSpec::load(const std::string& path) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec))
-    throw std::runtime_error(path + ": cannot open model file (it is a directory)");
-  std::ifstream in(path);
-  if (!in) throw std::runtime_error(path + ": cannot open model file (" + std::strerror(errno) + ")");
-  json doc;
-  try {
-    doc = json::parse(in);
-  } catch (const json::parse_error& e) {
-    throw std::runtime_error(path + ": invalid JSON: " + e.what());
-  }
+  // Size and depth limits before the parse: a hostile file is refused, not a crash.
+  const json doc = read_untrusted_json_file(path, kFileJsonLimits, "model file");
   try {
     return parse(doc, path);
   } catch (const std::invalid_argument& e) {

@@ -10,6 +10,8 @@
 #include <set>
 #include <stdexcept>
 
+#include "core/io/untrusted_json.h"
+
 namespace cleave {
 
 using nlohmann::json;
@@ -40,7 +42,7 @@ double get_number(const json& obj, const char* key, const std::string& source, c
     return fallback;
   }
   const json& v = obj[key];
-  if (!v.is_number()) throw file_error(source, where + ": " + key + ": expected a number, got " + v.dump());
+  if (!v.is_number()) throw file_error(source, where + ": " + key + ": expected a number, got " + json_excerpt(v));
   return v.get<double>();
 }
 
@@ -48,13 +50,13 @@ LinkProfile parse_link_fields(const json& obj, const std::string& source, const 
   LinkProfile l;
   l.mbps = get_number(obj, "mbps", source, where, true, 0);
   if (!std::isfinite(l.mbps) || l.mbps <= 0)
-    throw file_error(source, where + ": mbps: expected a positive bandwidth in Mbit/s, got " + obj["mbps"].dump());
+    throw file_error(source, where + ": mbps: expected a positive bandwidth in Mbit/s, got " + json_excerpt(obj["mbps"]));
   l.latency_ms = get_number(obj, "latency_ms", source, where, false, 0);
   if (!std::isfinite(l.latency_ms) || l.latency_ms < 0)
-    throw file_error(source, where + ": latency_ms: expected a number >= 0, got " + obj["latency_ms"].dump());
+    throw file_error(source, where + ": latency_ms: expected a number >= 0, got " + json_excerpt(obj["latency_ms"]));
   if (obj.contains("encoding")) {
     const json& e = obj["encoding"];
-    if (!e.is_string()) throw file_error(source, where + ": encoding: expected \"f32\", \"f16\" or \"int8\", got " + e.dump());
+    if (!e.is_string()) throw file_error(source, where + ": encoding: expected \"f32\", \"f16\" or \"int8\", got " + json_excerpt(e));
     try {
       l.encoding = transport::parse_encoding(e.get<std::string>());
     } catch (const std::invalid_argument& ex) {
@@ -76,10 +78,10 @@ int64_t parse_memory_size(const json& value) {
   if (value.is_number_float()) {
     const double v = value.get<double>();
     if (!std::isfinite(v) || v < 0 || v != std::floor(v) || v > 9.0e18)
-      throw std::invalid_argument(std::string("not a whole number of bytes: ") + value.dump() + "; " + forms);
+      throw std::invalid_argument(std::string("not a whole number of bytes: ") + json_excerpt(value) + "; " + forms);
     return static_cast<int64_t>(v);
   }
-  if (!value.is_string()) throw std::invalid_argument(std::string(forms) + ", got " + value.dump());
+  if (!value.is_string()) throw std::invalid_argument(std::string(forms) + ", got " + json_excerpt(value));
   const std::string s = value.get<std::string>();
   size_t pos = 0;
   while (pos < s.size() && (std::isdigit(static_cast<unsigned char>(s[pos])) || s[pos] == '.')) ++pos;
@@ -115,7 +117,7 @@ Cluster parse_cluster(const json& doc, const std::string& source) {
   for (size_t i = 0; i < devices.size(); ++i) {
     const json& d = devices[i];
     std::string where = "devices[" + std::to_string(i) + "]";
-    if (!d.is_object()) throw file_error(source, where + ": expected an object, got " + d.dump());
+    if (!d.is_object()) throw file_error(source, where + ": expected an object, got " + json_excerpt(d));
     if (!d.contains("name") || !d["name"].is_string() || d["name"].get<std::string>().empty())
       throw file_error(source, where + ": missing or empty \"name\"");
     DeviceProfile dev;
@@ -133,7 +135,7 @@ Cluster parse_cluster(const json& doc, const std::string& source) {
     const bool measured = d.contains("layer_seconds");
     dev.gflops = get_number(d, "gflops", source, where, !measured, 0);
     if (!std::isfinite(dev.gflops) || dev.gflops < 0 || (!measured && dev.gflops == 0))
-      throw file_error(source, where + ": gflops: expected a positive number (sustained GFLOP/s), got " + d["gflops"].dump());
+      throw file_error(source, where + ": gflops: expected a positive number (sustained GFLOP/s), got " + json_excerpt(d["gflops"]));
     if (measured) {
       const json& t = d["layer_seconds"];
       if (!t.is_array()) throw file_error(source, where + ": layer_seconds: expected an array of seconds per sample");
@@ -141,7 +143,7 @@ Cluster parse_cluster(const json& doc, const std::string& source) {
       for (size_t j = 0; j < t.size(); ++j) {
         if (!t[j].is_number() || !std::isfinite(t[j].get<double>()) || t[j].get<double>() < 0)
           throw file_error(source, where + ": layer_seconds[" + std::to_string(j) + "]: expected a number >= 0, got " +
-                                       t[j].dump());
+                                       json_excerpt(t[j]));
         secs.push_back(t[j].get<double>());
       }
       dev.layer_seconds_per_sample = std::move(secs);
@@ -159,13 +161,13 @@ Cluster parse_cluster(const json& doc, const std::string& source) {
     if (d.contains("backend")) {
       const json& b = d["backend"];
       if (b.is_string()) dev.backend = backend_named(b.get<std::string>());
-      if (!dev.backend) throw file_error(source, where + ": backend: expected \"cpu\", \"opencl\" or \"cuda\", got " + b.dump());
+      if (!dev.backend) throw file_error(source, where + ": backend: expected \"cpu\", \"opencl\" or \"cuda\", got " + json_excerpt(b));
     }
     if (d.contains("update_seconds_per_param")) {
       dev.update_seconds_per_param = get_number(d, "update_seconds_per_param", source, where, true, 0);
       if (!std::isfinite(dev.update_seconds_per_param) || dev.update_seconds_per_param < 0)
         throw file_error(source, where + ": update_seconds_per_param: expected a number >= 0, got " +
-                                     d["update_seconds_per_param"].dump());
+                                     json_excerpt(d["update_seconds_per_param"]));
     }
     c.devices.push_back(std::move(dev));
   }
@@ -183,7 +185,7 @@ Cluster parse_cluster(const json& doc, const std::string& source) {
     for (size_t i = 0; i < links.size(); ++i) {
       const json& l = links[i];
       std::string where = "links[" + std::to_string(i) + "]";
-      if (!l.is_object()) throw file_error(source, where + ": expected an object, got " + l.dump());
+      if (!l.is_object()) throw file_error(source, where + ": expected an object, got " + json_excerpt(l));
       check_fields(l, {"from", "to", "mbps", "latency_ms", "encoding", "description"}, source, where);
       int ends[2];
       const char* keys[2] = {"from", "to"};
@@ -207,15 +209,8 @@ Cluster parse_cluster(const json& doc, const std::string& source) {
 }
 
 Cluster load_cluster(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw std::runtime_error(path + ": cannot open devices file: " + std::strerror(errno));
-  json doc;
-  try {
-    doc = json::parse(in);
-  } catch (const json::parse_error& e) {
-    throw std::runtime_error(path + ": not valid JSON: " + e.what());
-  }
-  return parse_cluster(doc, path);
+  // A devices file may come from anyone: size and depth are bounded before parsing.
+  return parse_cluster(read_untrusted_json_file(path, kFileJsonLimits, "devices file"), path);
 }
 
 namespace {

@@ -211,3 +211,68 @@ TEST_CASE("strategy names parse and print back", "[fed]") {
   CHECK_THROWS_WITH(parse_fed_strategy("mean"), Contains("unknown strategy 'mean'") && Contains("trimmed-mean"));
   CHECK_THROWS_WITH(parse_fed_strategy("trimmed_mean"), Contains("unknown strategy"));
 }
+
+TEST_CASE("refuse_update bounds the sample count by the registration and the cap, naming a reason", "[fed]") {
+  const ClientUpdate u = update("liar", {1, 2}, 1'000'000'000'000);
+  CHECK_FALSE(refuse_update(u, UpdateBounds{2, -1, -1}));  // no bounds: only size, values, samples > 0
+  const auto registered = refuse_update(u, UpdateBounds{2, 3000, -1});
+  REQUIRE(registered);
+  CHECK(registered->reason == "sample_count_exceeds_registered");
+  CHECK_THAT(registered->message, Contains("1000000000000 training samples") && Contains("3000"));
+  const auto capped = refuse_update(u, UpdateBounds{2, int64_t{1} << 50, 5000});
+  REQUIRE(capped);
+  CHECK(capped->reason == "sample_count_exceeds_cap");
+  CHECK_FALSE(refuse_update(update("honest", {1, 2}, 3000), UpdateBounds{2, 3000, 5000}));  // equal is fine
+  CHECK(refuse_update(update("a", {1}, 1), UpdateBounds{2, -1, -1})->reason == "wrong_parameter_count");
+  CHECK(refuse_update(update("a", {1, kNaN}, 1), UpdateBounds{2, -1, -1})->reason == "non_finite_values");
+  CHECK(refuse_update(update("a", {1, 2}, 0), UpdateBounds{2, -1, -1})->reason == "no_samples");
+}
+
+TEST_CASE("clip_update scales the distance from the global block down to the bound", "[fed]") {
+  const std::vector<float> global = {1, 1};
+  std::vector<float> far = {4, 5};  // delta (3, 4): norm 5
+  CHECK(clip_update(far, global, 2.5));
+  check_block(far, {2.5f, 3.f});  // delta (1.5, 2): norm 2.5, same direction
+  std::vector<float> near = {1.3f, 1.4f};  // norm 0.5: kept as it is
+  CHECK_FALSE(clip_update(near, global, 2.5));
+  CHECK(near == std::vector<float>{1.3f, 1.4f});
+  std::vector<float> wrong = {1};
+  CHECK_THROWS_WITH(clip_update(wrong, global, 1), Contains("1 parameters, the global block 2"));
+}
+
+TEST_CASE("every strategy clips each update to --max-update-norm and says whose", "[fed]") {
+  // Global (0, 0); honest updates near it, one scaled -50x far away.
+  const std::vector<float> global = {0, 0};
+  const std::vector<ClientUpdate> u = {update("a", {0.1f, 0}, 10), update("b", {0, 0.1f}, 10),
+                                       update("c", {0.1f, 0.1f}, 10), update("evil", {-50, -50}, 10)};
+  for (FedStrategy s : {FedStrategy::fedavg, FedStrategy::fedprox, FedStrategy::median, FedStrategy::trimmed_mean}) {
+    INFO(fed_strategy_name(s));
+    const AggregateResult r = aggregate(s, u, 2, AggregateOptions{0.25, 1.0, &global});
+    CHECK(r.clipped == std::vector<std::string>{"evil"});
+    CHECK(r.accepted.size() == 4);
+    // Whatever the strategy, no coordinate moved further than the bound allows.
+    for (float v : r.params) CHECK(std::fabs(v) <= 1.0f);
+    const AggregateResult unclipped = aggregate(s, u, 2, AggregateOptions{0.25, 0, nullptr});
+    CHECK(unclipped.clipped.empty());
+  }
+  // fedavg without the bound is dragged to (-12.4, -12.4); with it: (0.05 - 0.707) / 4 ... ~ -0.14.
+  const AggregateResult r = aggregate(FedStrategy::fedavg, u, 2, AggregateOptions{0.1, 1.0, &global});
+  check_block(r.params, {(0.1f + 0.1f - 0.70710678f) / 4, (0.1f + 0.1f - 0.70710678f) / 4});
+  CHECK_THROWS_WITH(aggregate(FedStrategy::fedavg, u, 2, AggregateOptions{0.1, 1.0, nullptr}),
+                    Contains("needs the round's global block"));
+}
+
+TEST_CASE("a trimmed mean that trims nothing is refused, saying the smallest count and trim", "[fed]") {
+  CHECK(trimmed_mean_refusal(0.1, 10).empty());
+  CHECK(trimmed_mean_refusal(0.34, 3).empty());
+  // The finding: the default trim 0.1 with 3 clients cuts floor(0.3) = 0.
+  const std::string why = trimmed_mean_refusal(0.1, 3);
+  CHECK_THAT(why, Contains("trims nothing") && Contains("floor(0.1 x 3) = 0") &&
+                      Contains("--trim 0.1 needs at least 10 clients") && Contains("3 clients need --trim 0.334"));
+  // What it suggests works, and one less does not.
+  CHECK(trimmed_mean_refusal(0.334, 3).empty());
+  CHECK_FALSE(trimmed_mean_refusal(0.1, 9).empty());
+  CHECK_THAT(trimmed_mean_refusal(0.25, 3), Contains("needs at least 4 clients"));
+  CHECK_THAT(trimmed_mean_refusal(0.4, 2), Contains("no --trim below 0.5 trims 2"));
+  CHECK_THAT(trimmed_mean_refusal(0.0, 5), Contains("--trim 0 never trims"));
+}

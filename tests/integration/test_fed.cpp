@@ -215,7 +215,10 @@ TEST_CASE("a client killed mid-round does not stop the round when K are left", "
 
 TEST_CASE("NaN and wrong-shape updates are rejected by every strategy and the round completes", "[integration][fed]") {
   CLEAVE_SKIP_UNLESS_FASHION_MNIST();
-  for (const char* strategy : {"fedavg", "fedprox", "median", "trimmed-mean"}) {
+  // Not trimmed-mean: over the 2 acceptable updates left here no trim below
+  // 0.5 cuts anything, and such a trimmed mean is refused (issue 13,
+  // test_hostile_fed.cpp); core/fed's unit tests reject NaN for it too.
+  for (const char* strategy : {"fedavg", "fedprox", "median"}) {
     DYNAMIC_SECTION("strategy " << strategy) {
       const int n = 4;
       DaemonCluster cluster(n);

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <stdexcept>
 
+#include "core/io/untrusted_json.h"
 #include "device/device.h"
 
 namespace cleave {
@@ -77,9 +78,9 @@ ScheduleKind schedule_from_wire(uint8_t value) {
 ModelSpec parse_model_text(const std::string& json_text, const std::string& what) {
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(json_text);
-  } catch (const nlohmann::json::exception& e) {
-    throw std::runtime_error(what + " is not JSON: " + e.what());
+    j = parse_untrusted_json(json_text, kFileJsonLimits, what);  // a model file's limits, checked before parsing
+  } catch (const std::invalid_argument& e) {
+    throw std::runtime_error(e.what());
   }
   return ModelSpec::parse(j, what);
 }

@@ -14,6 +14,7 @@
 
 #include "core/data/dataset.h"
 #include "core/data/loader.h"
+#include "core/fed/client_details.h"
 #include "core/fed/strategy.h"
 #include "core/model/partition.h"
 #include "core/runtime/coordinator/session.h"
@@ -38,6 +39,19 @@ void FedOptions::validate() const {
   (void)parse_fed_strategy(strategy);
   if (!std::isfinite(mu) || mu < 0) bad("--mu must be finite and >= 0");
   if (!(trim_fraction >= 0 && trim_fraction < 0.5)) bad("the trim fraction must be in [0, 0.5)");
+  if (max_client_samples < 0 || max_client_samples > (int64_t{1} << 50))
+    bad("--max-client-samples must be in [0, 2^50] (0: no cap beyond the registered count)");
+  if (!std::isfinite(max_update_norm) || max_update_norm < 0) bad("--max-update-norm must be finite and >= 0 (0: off)");
+  // Known before any client registers: what a round samples when every client lives.
+  if (parse_fed_strategy(strategy) == FedStrategy::trimmed_mean)
+    if (const std::string why = trimmed_mean_refusal(trim_fraction, sampled_per_round(fraction, clients, min_clients));
+        !why.empty())
+      bad(why + " (clients sampled per round with --clients " + std::to_string(clients) + " and --fraction " +
+          std::to_string(fraction).substr(0, 4) + ")");
+}
+
+int sampled_per_round(double fraction, int live, int min_clients) {
+  return std::clamp(static_cast<int>(std::ceil(fraction * static_cast<double>(live) - 1e-9)), min_clients, live);
 }
 
 namespace {
@@ -56,7 +70,7 @@ struct Reply {
 // A round's replies sorted out: the updates that arrived (and how many of
 // them are acceptable), who dropped out or failed, and the clients' own loss.
 struct RoundUpdates {
-  std::vector<ClientUpdate> updates;
+  std::vector<ClientUpdate> updates;  // the acceptable ones
   std::vector<std::string> rejected;  // "client: reason"
   int acceptable = 0;
   nlohmann::json dropped = nlohmann::json::array(), failed = nlohmann::json::array();
@@ -79,6 +93,10 @@ class FedDriver {
   void load_start_weights();
   void listen();
   void register_clients();
+  // A registration's client details, or nothing for a daemon that is not a
+  // client or whose details are refused (logged and counted once per daemon).
+  std::optional<FedClientDetails> client_details(const Registration& got);
+  void refuse(const std::string& reason) { ++refused_[reason]; }
   void set_up_clients();  // the model once per client, until each acknowledged
   // One round: sample, send the global block, collect, aggregate, evaluate.
   // Returns the round's entry of the result JSON.
@@ -107,6 +125,10 @@ class FedDriver {
   std::unique_ptr<Session> session_;
   std::vector<std::string> clients_;            // sorted by name once all registered
   std::map<std::string, int> rounds_accepted_;  // rounds whose update was accepted, by client
+  std::map<std::string, int64_t> registered_samples_;  // each client's shard size, as it registered
+  std::set<std::string> warned_;                    // daemons whose registration was logged as not taken
+  std::map<std::string, std::string> refused_registrations_;  // daemon -> why its details were refused
+  std::map<std::string, int64_t> refused_;  // refused messages by reason: the result's "refused_messages"
   int current_round_ = -1;
   EvalResult last_eval_;
 };
@@ -175,7 +197,8 @@ void FedDriver::load_start_weights() {
 
 void FedDriver::listen() {
   session_ = std::make_unique<Session>(session_options("cleave fed", opts_));
-  session_->pool().context = [this] { return " (round " + std::to_string(current_round_) + ")"; };
+  // Rounds count from 1 in logs and JSON alike (0 on the wire).
+  session_->pool().context = [this] { return " (round " + std::to_string(current_round_ + 1) + ")"; };
   if (cfg_.progress)
     std::fprintf(stderr, "cleave fed: listening on %s, waiting for %d client(s)\n",
                  session_->server().endpoint().c_str(), opts_.clients);
@@ -183,32 +206,48 @@ void FedDriver::listen() {
 
 // Federated clients only: a daemon without data is ignored (once warned about).
 void FedDriver::register_clients() {
-  std::set<std::string> warned;
   session_->register_until(
       opts_.register_timeout_ms, [&] { return static_cast<int>(clients_.size()) >= opts_.clients; },
       [&](const Registration& got) {
-        const nlohmann::json& details = got.details;
-        if (!details.value("fed_client", false)) {
-          if (warned.insert(got.peer).second)
-            log(LogLevel::kWarning, "cleave fed: device " + got.peer +
-                                        " registered without data (not a federated client): ignored");
-          return;
-        }
-        session_->pool().add(got.peer, got.reg, details);
+        const std::optional<FedClientDetails> d = client_details(got);
+        if (!d) return;
+        session_->pool().add(got.peer, got.reg, got.details);
         clients_.push_back(got.peer);
+        registered_samples_[got.peer] = d->samples;
         if (cfg_.progress)
           std::fprintf(stderr, "cleave fed: client %s registered (%lld samples, shard %s, %s)\n", got.peer.c_str(),
-                       static_cast<long long>(details.value("samples", static_cast<int64_t>(0))),
-                       details.value("shard", std::string("?")).c_str(),
-                       details.value("partition", std::string("?")).c_str());
+                       static_cast<long long>(d->samples), d->shard.c_str(), d->partition.c_str());
       },
       [&](const std::string& names) {
+        std::string refused;
+        for (const auto& [name, why] : refused_registrations_) refused += "; refused " + name + ": " + why;
         return "only " + std::to_string(clients_.size()) + " of " + std::to_string(opts_.clients) +
                " federated clients registered within " + std::to_string(opts_.register_timeout_ms / 1000) + " s" +
-               (names.empty() ? "" : " (" + names + ")") +
+               (names.empty() ? "" : " (" + names + ")") + refused +
                ": start cleaved with --dataset and --shard i/N and its key on the allow-list";
       });
   std::sort(clients_.begin(), clients_.end());
+}
+
+std::optional<FedClientDetails> FedDriver::client_details(const Registration& got) {
+  FedClientDetails d;
+  try {
+    d = read_fed_client_details(got.details, got.details_error);
+  } catch (const std::invalid_argument& e) {
+    if (warned_.insert(got.peer).second) {  // it registers again every second: once is enough
+      refuse("registration_details_invalid");
+      refused_registrations_[got.peer] = e.what();
+      log(LogLevel::kWarning, "cleave fed: client " + got.peer + ": " + e.what() + ": registration refused");
+    }
+    return std::nullopt;
+  }
+  if (!d.fed_client) {
+    if (warned_.insert(got.peer).second)
+      log(LogLevel::kWarning, "cleave fed: device " + got.peer +
+                                  " registered without data (not a federated client): ignored");
+    return std::nullopt;
+  }
+  return d;
 }
 
 void FedDriver::set_up_clients() {
@@ -248,14 +287,21 @@ nlohmann::json FedDriver::run_round(int r) {
   if (opts_.on_round_started) opts_.on_round_started(r, sampled);
   const bool timed_out = !collect_replies(r, replies, t_round);
   RoundUpdates got = sort_replies(r, replies);
+  const std::string round_of = "round " + std::to_string(r + 1) + " of " + std::to_string(opts_.rounds);
   if (got.acceptable < opts_.min_clients)
-    fail("round " + std::to_string(r + 1) + " of " + std::to_string(opts_.rounds) + ": only " +
-         std::to_string(got.acceptable) + " acceptable update(s) arrived (" + std::to_string(got.updates.size()) +
-         " received, " + std::to_string(got.rejected.size()) + " rejected, " +
+    fail(round_of + ": only " + std::to_string(got.acceptable) + " acceptable update(s) arrived (" +
+         std::to_string(got.updates.size() + got.rejected.size()) + " received, " + std::to_string(got.rejected.size()) + " rejected, " +
          std::to_string(got.dropped.size() + got.failed.size()) + " missing, of " + std::to_string(sampled.size()) +
          " sampled" + (timed_out ? ", round timed out" : "") + "); --min-clients is " +
          std::to_string(opts_.min_clients));
-  AggregateResult agg = aggregate(strategy_, got.updates, param_count_, opts_.trim_fraction);
+  if (strategy_ == FedStrategy::trimmed_mean)
+    if (const std::string why = trimmed_mean_refusal(opts_.trim_fraction, got.acceptable); !why.empty())
+      fail(round_of + ": " + why + " (the others dropped out or were rejected)");
+  AggregateResult agg = aggregate(strategy_, got.updates, param_count_,
+                                  AggregateOptions{opts_.trim_fraction, opts_.max_update_norm, global_.get()});
+  if (!agg.clipped.empty())
+    log(LogLevel::kInfo, "cleave fed: " + round_of + ": " + std::to_string(agg.clipped.size()) +
+                             " update(s) clipped to --max-update-norm " + std::to_string(opts_.max_update_norm));
   // A new block: ZeroMQ may still hold the old one (shared owner) for a client that dropped out.
   global_ = std::make_shared<std::vector<float>>(std::move(agg.params));
   for (const auto& name : agg.accepted) ++rounds_accepted_[name];
@@ -272,6 +318,8 @@ nlohmann::json FedDriver::run_round(int r) {
                        {"sampled", sampled},
                        {"rejected", got.rejected},
                        {"rejected_count", got.rejected.size()},
+                       {"clipped", agg.clipped},
+                       {"clipped_count", agg.clipped.size()},
                        {"dropped", got.dropped},
                        {"failed", got.failed},
                        {"timed_out", timed_out},
@@ -296,8 +344,7 @@ std::vector<std::string> FedDriver::sample_clients(int r) {
   if (static_cast<int>(live.size()) < opts_.min_clients)
     fail("round " + std::to_string(r + 1) + ": only " + std::to_string(live.size()) + " client(s) are alive, " +
          "--min-clients is " + std::to_string(opts_.min_clients));
-  const int want = std::clamp(static_cast<int>(std::ceil(opts_.fraction * static_cast<double>(live.size()) - 1e-9)),
-                              opts_.min_clients, static_cast<int>(live.size()));
+  const int want = sampled_per_round(opts_.fraction, static_cast<int>(live.size()), opts_.min_clients);
   std::vector<int64_t> perm = seeded_permutation(static_cast<int64_t>(live.size()),
                                                  derive_seed(cfg_.seed, static_cast<uint64_t>(r), 0x5A3D));
   std::vector<std::string> sampled;
@@ -370,30 +417,38 @@ bool FedDriver::collect_replies(int r, std::map<std::string, Reply>& replies, Cl
   return true;
 }
 
+// Updates are untrusted: a sample count beyond what the client registered (or
+// the cap) would weigh FedAvg at will. A refused update leaves its client
+// (and its metrics) out of this round.
 RoundUpdates FedDriver::sort_replies(int r, std::map<std::string, Reply>& replies) {
   RoundUpdates out;
   for (auto& [name, rep] : replies) {
-    if (rep.update) {
-      out.updates.push_back(std::move(*rep.update));
-      if (rep.metrics) {
-        out.train_loss_sum += rep.metrics->loss_sum;
-        out.train_samples += rep.metrics->sample_count;
-      }
-    } else if (!rep.failure.empty()) {
-      (client(name).dead ? out.dropped : out.failed).push_back(name + ": " + rep.failure);
-    } else {
-      out.dropped.push_back(name + ": no update within --round-timeout " +
-                            std::to_string(opts_.round_timeout_s).substr(0, 6) + " s");
+    if (!rep.update) {
+      if (!rep.failure.empty())
+        (client(name).dead ? out.dropped : out.failed).push_back(name + ": " + rep.failure);
+      else
+        out.dropped.push_back(name + ": no update within --round-timeout " +
+                              std::to_string(opts_.round_timeout_s).substr(0, 6) + " s");
+      continue;
     }
-  }
-  for (const auto& u : out.updates) {
-    std::string why = check_update(u, param_count_);
-    if (why.empty()) ++out.acceptable;
-    else {
-      out.rejected.push_back(u.client + ": " + why);
-      log(LogLevel::kWarning, "cleave fed: round " + std::to_string(r + 1) + ": rejected the update of " + u.client + ": " + why);
+    const int64_t epochs = opts_.local_epochs;
+    const UpdateBounds bounds{param_count_, epochs * registered_samples_.at(name),
+                              opts_.max_client_samples > 0 ? epochs * opts_.max_client_samples : -1};
+    if (const auto why = refuse_update(*rep.update, bounds)) {
+      refuse(why->reason);
+      out.rejected.push_back(name + ": " + why->message);
+      log(LogLevel::kWarning, "cleave fed: round " + std::to_string(r + 1) + ": rejected the update of " + name + ": " +
+                                  why->message + " (" + why->reason + ")");
+      continue;
     }
+    // The local loss counts as far as the update does.
+    if (rep.metrics && std::isfinite(rep.metrics->loss_sum) && rep.metrics->sample_count <= rep.update->samples) {
+      out.train_loss_sum += rep.metrics->loss_sum;
+      out.train_samples += rep.metrics->sample_count;
+    }
+    out.updates.push_back(std::move(*rep.update));
   }
+  out.acceptable = static_cast<int>(out.updates.size());
   return out;
 }
 
@@ -429,6 +484,8 @@ nlohmann::json FedDriver::result(const nlohmann::json& rounds, Clock::time_point
   out["min_clients"] = opts_.min_clients;
   if (strategy_ == FedStrategy::fedprox) out["mu"] = opts_.mu;
   if (strategy_ == FedStrategy::trimmed_mean) out["trim_fraction"] = opts_.trim_fraction;
+  if (opts_.max_client_samples > 0) out["max_client_samples"] = opts_.max_client_samples;
+  if (opts_.max_update_norm > 0) out["max_update_norm"] = opts_.max_update_norm;
   out["model"] = spec_.name;
   out["model_path"] = cfg_.model_path;
   out["dataset"] = test_.name;
@@ -439,13 +496,16 @@ nlohmann::json FedDriver::result(const nlohmann::json& rounds, Clock::time_point
   out["parameters"] = whole_->param_count();
   out["test_accuracy"] = last_eval_.accuracy;
   out["test_loss"] = last_eval_.loss;
-  int64_t rejected_total = 0, down = 0, up = 0;
+  int64_t rejected_total = 0, clipped_total = 0, down = 0, up = 0;
   for (const auto& rj : rounds) {
     rejected_total += rj["rejected_count"].get<int64_t>();
+    clipped_total += rj["clipped_count"].get<int64_t>();
     down += rj["bytes_down"].get<int64_t>();
     up += rj["bytes_up"].get<int64_t>();
   }
   out["rejected_updates"] = rejected_total;
+  out["clipped_updates"] = clipped_total;
+  out["refused_messages"] = nlohmann::json(refused_);  // {reason: count}; {} when nothing was refused
   out["bytes_down"] = down;
   out["bytes_up"] = up;
   out["wall_seconds"] = seconds_since(t_start);

@@ -10,8 +10,11 @@
 // the round timeout passed. Updates with NaN/Inf or the wrong size are rejected
 // (logged, counted). With at least K acceptable updates the round aggregates
 // them (core/fed/strategy.h) and evaluates the global model on the test set the
-// coordinator owns; with fewer it fails saying how many arrived. The
-// coordinator never receives a training sample; it records every message kind
+// coordinator owns; with fewer it fails saying how many arrived. Updates are
+// untrusted: a sample count above what the client registered (or
+// --max-client-samples) is refused and counted in `refused_messages` by
+// reason, --max-update-norm clips every update, and a trimmed mean that
+// would trim nothing is refused. The coordinator never receives a training sample; it records every message kind
 // each client sent so a run can prove it (`messages_from_clients`).
 #pragma once
 
@@ -34,6 +37,11 @@ struct FedOptions {
   std::string strategy = "fedavg";   // fedavg | fedprox | median | trimmed-mean
   double mu = 0.01;                  // FedProx proximal weight (fedprox only)
   double trim_fraction = 0.1;        // trimmed-mean: share cut from each end per coordinate
+  // Bounds on what one client's update may weigh (issue 13). An update's
+  // sample count may never exceed local_epochs x the samples its client
+  // registered; with max_client_samples > 0 not local_epochs x that either.
+  int64_t max_client_samples = 0;    // --max-client-samples (0: no cap beyond the registered count)
+  double max_update_norm = 0;        // --max-update-norm: > 0 clips every update's L2 distance from the global block
   std::string key_path;              // coordinator's secret key
   std::string allow_path;            // directory of admitted .pub files (or one file)
   std::string listen = "tcp://*:7000";
@@ -46,16 +54,22 @@ struct FedOptions {
   // Test hook: called after round `round`'s weights and control went out to the sampled clients.
   std::function<void(int round, const std::vector<std::string>& sampled)> on_round_started;
 
-  // Throws std::invalid_argument naming the first bad setting.
+  // Throws std::invalid_argument naming the first bad setting (also a
+  // trimmed mean that would trim nothing from the clients sampled per round).
   void validate() const;
 };
+
+// How many of `live` clients a round samples: ceil(fraction x live), at
+// least min_clients, at most live.
+int sampled_per_round(double fraction, int live, int min_clients);
 
 // Runs the federated job described by `config` (model, optimizer, batch,
 // seed, limit_test and dataset for the test set; the training split stays on
 // the clients) and `options`. Returns the result JSON: mode "fed", strategy,
 // clients, rounds [{round, accuracy, loss, train_loss, participating, sampled,
-// dropped, rejected, bytes_down, bytes_up, seconds}], test_accuracy,
-// test_loss, messages_from_clients, devices, ... Throws std::runtime_error with
+// dropped, rejected, clipped, clipped_count, bytes_down, bytes_up, seconds}],
+// test_accuracy, test_loss, refused_messages ({reason: count}),
+// clipped_updates, messages_from_clients, devices, ... Throws std::runtime_error with
 // a clear message on failure (too few clients, a round below K updates).
 nlohmann::json train_federated(const TrainConfig& config, const FedOptions& options);
 

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <stdexcept>
 
+#include "core/io/untrusted_json.h"
 #include "transport/keys.h"
 
 namespace cleave {
@@ -41,9 +42,14 @@ void Session::register_until(int timeout_ms, const std::function<bool()>& done,
     if (!got) continue;
     const auto* r = std::get_if<RegisterMsg>(&got->message.body);
     if (!r || pool_->has(got->peer)) continue;
-    nlohmann::json details = nlohmann::json::parse(r->details_json.empty() ? "{}" : r->details_json, nullptr, false);
-    if (details.is_discarded() || !details.is_object()) details = nlohmann::json::object();
-    offer(Registration{got->peer, *r, std::move(details)});
+    nlohmann::json details = nlohmann::json::object();
+    std::string details_error;
+    try {
+      details = parse_untrusted_object(r->details_json, kPeerJsonLimits, "registration details");
+    } catch (const std::invalid_argument& e) {
+      details_error = e.what();
+    }
+    offer(Registration{got->peer, *r, std::move(details), std::move(details_error)});
   }
 }
 

@@ -53,7 +53,11 @@ SessionOptions session_options(std::string who, const DriverOptions& o) {
 struct Registration {
   std::string peer;  // its authenticated name
   const transport::RegisterMsg& reg;
-  nlohmann::json details;  // reg.details_json parsed ({} when absent or not a JSON object)
+  nlohmann::json details;  // reg.details_json parsed ({} when absent, or when refused: see details_error)
+  // Why details_json was refused ("" when it was not): over the size or depth
+  // of kPeerJsonLimits (core/io/untrusted_json.h), not JSON, or not an object.
+  // The driver decides whether that refuses the daemon.
+  std::string details_error;
 };
 
 class Session {

@@ -8,12 +8,15 @@
 #include <cstdio>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <stdexcept>
 #include <tuple>
 #include <utility>
 
+#include "core/fed/client_details.h"
 #include "core/fed/strategy.h"
+#include "core/io/untrusted_json.h"
 #include "core/model/model_spec.h"
 #include "core/runtime/coordinator/session.h"
 #include "core/runtime/common/split_layout.h"
@@ -90,6 +93,20 @@ class SplitDriver {
   void prepare();  // options, model, layout: before anyone is contacted
   void listen();
   void register_daemons();
+  // A registration's details, or nothing when they are refused (logged and counted once per daemon).
+  std::optional<FedClientDetails> daemon_details(const Registration& got);
+  // The detail of an ack from a participant, as an object; a detail that is
+  // not one fails the run naming the sender.
+  nlohmann::json ack_detail(const Received& r, const AckMsg& a);
+  // `read()` of fields of `peer`'s ack detail; a wrong type fails the run naming the sender.
+  template <class Read>
+  auto read_ack(const std::string& peer, Read&& read) -> decltype(read()) {
+    try {
+      return read();
+    } catch (const std::invalid_argument& e) {
+      fail(peer + "'s acknowledgement during " + phase_ + ": " + e.what());
+    }
+  }
   // Set-up: the server its part (it answers with an endpoint per client),
   // then each client the front (and tail) dialling that endpoint.
   void set_up();
@@ -128,6 +145,10 @@ class SplitDriver {
   std::map<std::string, int64_t> last_sent_, last_received_;  // cumulative link bytes by client
   double train_seconds_ = 0, test_accuracy_ = 0, test_loss_ = 0;
   int64_t trained_samples_ = 0;
+  std::set<std::string> warned_;                              // daemons logged as not taken
+  std::map<std::string, std::string> refused_registrations_;  // daemon -> why its details were refused
+  std::map<std::string, int64_t> registered_samples_;         // each client's shard size, as it registered
+  std::map<std::string, int64_t> refused_;  // refused messages by reason: the result's "refused_messages"
 };
 
 nlohmann::json SplitDriver::run() {
@@ -158,10 +179,8 @@ std::map<std::string, nlohmann::json> SplitDriver::await_acks(const std::set<std
         deadline,
         [&](const Received& r) {
           if (auto* a = std::get_if<AckMsg>(&r.message.body)) {
-            auto detail = nlohmann::json::parse(a->detail.empty() ? "{}" : a->detail, nullptr, false);
-            if (!detail.is_discarded() && detail.is_object() && detail.value("op", std::string()) == op &&
-                want.count(r.peer))
-              got[r.peer] = detail;
+            nlohmann::json detail = ack_detail(r, *a);
+            if (json_string(detail, "op", "") == op && want.count(r.peer)) got[r.peer] = std::move(detail);
           } else if (on_message) {
             on_message(r);
           }
@@ -182,6 +201,17 @@ void SplitDriver::await(const std::function<bool()>& done, const std::function<s
     if (!r || !participants_.count(r->peer)) continue;
     if (auto* e = std::get_if<ErrorMsg>(&r->message.body)) fail(r->peer + " failed during " + phase_ + ": " + e->message);
     on_message(*r);
+  }
+}
+
+nlohmann::json SplitDriver::ack_detail(const Received& r, const AckMsg& a) {
+  try {
+    nlohmann::json detail = parse_untrusted_object(a.detail, kReplyJsonLimits, "its acknowledgement");
+    (void)json_string(detail, "op", "");
+    return detail;
+  } catch (const std::invalid_argument& e) {
+    ++refused_["ack_detail_invalid"];
+    fail(r.peer + " answered during " + phase_ + " with an unreadable acknowledgement: " + e.what());
   }
 }
 
@@ -223,7 +253,9 @@ void SplitDriver::register_daemons() {
       opts_.register_timeout_ms,
       [&] { return static_cast<int>(clients_.size()) >= opts_.clients && have_server(); },
       [&](const Registration& got) {
-        const bool has_data = got.details.value("fed_client", false);
+        const std::optional<FedClientDetails> details = daemon_details(got);
+        if (!details) return;
+        const bool has_data = details->fed_client;
         const bool named_server = !opts_.server.empty() && got.peer == opts_.server;
         if (named_server || (!has_data && opts_.server.empty() && data_less.empty())) {
           pool.add(got.peer, got.reg, got.details);
@@ -232,21 +264,23 @@ void SplitDriver::register_daemons() {
         } else if (has_data && static_cast<int>(clients_.size()) < opts_.clients) {
           pool.add(got.peer, got.reg, got.details);
           clients_.push_back(got.peer);
+          registered_samples_[got.peer] = details->samples;
           if (cfg_.progress)
             std::fprintf(stderr, "cleave split: client %s registered (%lld samples, shard %s)\n", got.peer.c_str(),
-                         static_cast<long long>(got.details.value("samples", static_cast<int64_t>(0))),
-                         got.details.value("shard", std::string("?")).c_str());
-        } else if (warned.insert(got.peer).second) {
+                         static_cast<long long>(details->samples), details->shard.c_str());
+        } else if (warned_.insert(got.peer).second) {
           log(LogLevel::kInfo, "cleave split: " + got.peer + " registered but is not needed (" +
                                    (has_data ? "enough clients" : "the server is chosen") + "): left idle");
         }
       },
       [&](const std::string& names) {
+        std::string refused;
+        for (const auto& [name, why] : refused_registrations_) refused += "; refused " + name + ": " + why;
         return "split learning needs " + std::to_string(opts_.clients) + " client(s) with data and one server; within " +
                std::to_string(opts_.register_timeout_ms / 1000) + " s " + std::to_string(clients_.size()) +
                " client(s) and " + (have_server() ? "a" : "no") + " server registered" +
                (names.empty() ? "" : " (" + names + ")") +
-               ": start clients with cleaved --dataset ... --shard i/N, a server with plain cleaved" +
+               refused + ": start clients with cleaved --dataset ... --shard i/N, a server with plain cleaved" +
                (opts_.server.empty() ? "" : " named " + opts_.server) + ", all keys on the allow-list";
       });
   server_name_ = opts_.server.empty() ? data_less.front() : opts_.server;
@@ -254,6 +288,19 @@ void SplitDriver::register_daemons() {
   client_set_ = std::set<std::string>(clients_.begin(), clients_.end());
   participants_ = client_set_;
   participants_.insert(server_name_);
+}
+
+std::optional<FedClientDetails> SplitDriver::daemon_details(const Registration& got) {
+  try {
+    return read_fed_client_details(got.details, got.details_error);
+  } catch (const std::invalid_argument& e) {
+    if (warned_.insert(got.peer).second) {  // it registers again every second: once is enough
+      ++refused_["registration_details_invalid"];
+      refused_registrations_[got.peer] = e.what();
+      log(LogLevel::kWarning, "cleave split: " + got.peer + ": " + e.what() + ": registration refused");
+    }
+    return std::nullopt;
+  }
 }
 
 void SplitDriver::set_up() {
@@ -282,7 +329,7 @@ SplitJob SplitDriver::common_job() const {
 nlohmann::json SplitDriver::assign_server(const SplitJob& common) {
   int64_t server_steps = 0;
   for (const auto& c : clients_) {
-    const int64_t samples = session_->pool().at(c).details.value("samples", static_cast<int64_t>(0));
+    const int64_t samples = registered_samples_.at(c);
     server_steps += (samples + cfg_.batch - 1) / cfg_.batch;
   }
   OptimizerConfig server_opt = ocfg_;
@@ -301,7 +348,7 @@ nlohmann::json SplitDriver::assign_server(const SplitJob& common) {
   a.link_encoding = encoding_;
   send(server_name_, Message{session_->next_request_id(), a, {}});
   auto server_ack = await_acks({server_name_}, "split_setup", Clock::now() + std::chrono::seconds(60), nullptr);
-  return server_ack[server_name_].value("endpoints", nlohmann::json::object());
+  return read_ack(server_name_, [&] { return json_object(server_ack[server_name_], "endpoints"); });
 }
 
 // Also learns from the clients' acks how many batches each serves: the serving orders.
@@ -321,7 +368,8 @@ void SplitDriver::assign_clients(const SplitJob& common, const nlohmann::json& e
     a.optimizer = to_wire(ocfg_);
     a.job = job;
     a.link_encoding = encoding_;
-    a.next = PeerInfo{endpoints.value(clients_[i], std::string()), session_->pool().at(server_name_).reg.public_key,
+    a.next = PeerInfo{read_ack(server_name_, [&] { return json_string(endpoints, clients_[i], ""); }),
+                      session_->pool().at(server_name_).reg.public_key,
                       server_name_};
     if (a.next->endpoint.empty()) fail("the server gave no endpoint for client " + clients_[i]);
     send(clients_[i], Message{session_->next_request_id(), a, {}});
@@ -329,9 +377,12 @@ void SplitDriver::assign_clients(const SplitJob& common, const nlohmann::json& e
   auto client_acks = await_acks(client_set_, "split_setup", Clock::now() + std::chrono::seconds(120), nullptr);
   std::vector<int64_t> train_batches, test_batches;
   for (const auto& c : clients_) {
-    train_batches.push_back(client_acks[c].value("batches_per_epoch", static_cast<int64_t>(0)));
-    test_batches.push_back(client_acks[c].value("test_batches", static_cast<int64_t>(0)));
-    test_samples_ += client_acks[c].value("test_samples", static_cast<int64_t>(0));
+    const nlohmann::json& ack = client_acks[c];
+    read_ack(c, [&] {
+      train_batches.push_back(json_integer(ack, "batches_per_epoch", 0, 0, int64_t{1} << 40));
+      test_batches.push_back(json_integer(ack, "test_batches", 0, 0, int64_t{1} << 40));
+      test_samples_ += json_integer(ack, "test_samples", 0, 0, int64_t{1} << 50);
+    });
   }
   train_order_ = round_robin(train_batches);
   test_order_ = round_robin(test_batches);
@@ -410,9 +461,11 @@ int64_t SplitDriver::average_client_blocks(int e, Clock::time_point deadline) {
         });
   for (auto& [stage, list] : blocks) {
     const size_t size = list.front().params.size();
-    for (const auto& u : list)
-      if (std::string why = check_update(u, size); !why.empty())
-        fail("SplitFed: the block of " + u.client + " is unusable: " + why);
+    for (const auto& u : list)  // an epoch is one pass over the shard: no more samples than it registered
+      if (const auto why = refuse_update(u, UpdateBounds{size, registered_samples_.at(u.client), -1})) {
+        ++refused_[why->reason];
+        fail("SplitFed: the block of " + u.client + " is unusable: " + why->message + " (" + why->reason + ")");
+      }
     AggregateResult agg = aggregate(FedStrategy::fedavg, list, size);
     auto values = std::make_shared<std::vector<float>>(std::move(agg.params));
     WeightsMsg w;
@@ -457,7 +510,8 @@ std::pair<int64_t, int64_t> SplitDriver::link_bytes(const std::map<std::string, 
   int64_t up = 0, down = 0;
   for (const auto& c : clients_) {
     const auto& d = acks.at(c);
-    const int64_t s = d.value("bytes_sent", static_cast<int64_t>(0)), r = d.value("bytes_received", static_cast<int64_t>(0));
+    const int64_t s = read_ack(c, [&] { return json_integer(d, "bytes_sent", 0); });
+    const int64_t r = read_ack(c, [&] { return json_integer(d, "bytes_received", 0); });
     up += s - last_sent_[c];
     down += r - last_received_[c];
     last_sent_[c] = s;
@@ -470,7 +524,7 @@ nlohmann::json SplitDriver::finish() {
   phase_ = "finish";
   send(server_name_, command_message(FinishCmd{}, session_->next_request_id()));
   auto fin = await_acks({server_name_}, "finish", Clock::now() + std::chrono::seconds(30), nullptr);
-  return fin[server_name_].value("received", nlohmann::json::object());
+  return read_ack(server_name_, [&] { return json_object(fin[server_name_], "received"); });
 }
 
 nlohmann::json SplitDriver::result(const nlohmann::json& rounds, const nlohmann::json& cut_messages,
@@ -505,6 +559,7 @@ nlohmann::json SplitDriver::result(const nlohmann::json& rounds, const nlohmann:
   out["cut_bytes_up"] = up;
   out["cut_bytes_down"] = down;
   out["cut_layer_messages"] = cut_messages;
+  out["refused_messages"] = nlohmann::json(refused_);  // {reason: count}
   out["messages_from_clients"] = session_->message_kinds_json(clients_);
   out["devices"] = session_->devices_json(std::vector<std::string>(participants_.begin(), participants_.end()));
   for (auto& d : out["devices"]) {
