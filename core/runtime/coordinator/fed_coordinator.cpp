@@ -96,7 +96,7 @@ class FedDriver {
   // A registration's client details, or nothing for a daemon that is not a
   // client or whose details are refused (logged and counted once per daemon).
   std::optional<FedClientDetails> client_details(const Registration& got);
-  void refuse(const std::string& reason) { ++refused_[reason]; }
+  void refuse(const std::string& reason) { session_->pool().count_refused(reason); }
   void set_up_clients();  // the model once per client, until each acknowledged
   // One round: sample, send the global block, collect, aggregate, evaluate.
   // Returns the round's entry of the result JSON.
@@ -128,7 +128,6 @@ class FedDriver {
   std::map<std::string, int64_t> registered_samples_;  // each client's shard size, as it registered
   std::set<std::string> warned_;                    // daemons whose registration was logged as not taken
   std::map<std::string, std::string> refused_registrations_;  // daemon -> why its details were refused
-  std::map<std::string, int64_t> refused_;  // refused messages by reason: the result's "refused_messages"
   int current_round_ = -1;
   EvalResult last_eval_;
 };
@@ -505,7 +504,7 @@ nlohmann::json FedDriver::result(const nlohmann::json& rounds, Clock::time_point
   }
   out["rejected_updates"] = rejected_total;
   out["clipped_updates"] = clipped_total;
-  out["refused_messages"] = nlohmann::json(refused_);  // {reason: count}; {} when nothing was refused
+  out["refused_messages"] = session_->pool().refused_json();  // {reason: count}; {} when nothing was refused
   out["bytes_down"] = down;
   out["bytes_up"] = up;
   out["wall_seconds"] = seconds_since(t_start);

@@ -71,6 +71,8 @@ class PeerPool {
   // Counts a refused message of `peer` under `reason` (snake_case, e.g.
   // "not_in_job") and logs `text` the first time this peer is refused for it.
   void refuse(const std::string& peer, const std::string& reason, const std::string& text);
+  // Counts a refusal the caller has logged itself.
+  void count_refused(const std::string& reason) { ++refused_[reason]; }
   // {reason: count} of every message refused so far.
   nlohmann::json refused_json() const { return nlohmann::json(refused_); }
   // Sends `m` to every live, unreleased peer (errors ignored: a dead peer is noticed by the health checks).

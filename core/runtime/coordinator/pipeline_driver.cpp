@@ -16,8 +16,10 @@
 #include "core/planner/memory_model.h"
 #include "core/planner/profile.h"
 #include "core/runtime/common/wire.h"
+#include "core/io/untrusted_json.h"
 #include "core/train/train_result.h"
 #include "device/device.h"
+#include "transport/log.h"
 
 namespace cleave {
 namespace pipeline_detail {
@@ -72,20 +74,32 @@ void Driver::load_inputs() {
 }
 
 void Driver::register_devices() {
+  std::map<std::string, std::string> refused;  // daemon -> why its registration details were refused
   session_->register_until(
       opts_.register_timeout_ms, [&] { return static_cast<int>(devices_.size()) >= opts_.devices; },
       [&](const Registration& r) {
-        devices_.push_back({r.peer, r.reg, -1, ""});
-        session_->pool().add(r.peer, r.reg, nlohmann::json::object());
+        std::string why = r.details_error;
+        if (why.empty()) why = check_pipeline_details(r.details);
+        if (!why.empty()) {
+          if (refused.emplace(r.peer, why).second) {
+            session_->pool().count_refused("registration_details_invalid");
+            log(LogLevel::kWarning, "cleave: refused the registration of " + r.peer + ": " + why);
+          }
+          return;
+        }
+        devices_.push_back({r.peer, r.reg, -1, "", r.details});
+        session_->pool().add(r.peer, r.reg, r.details);
         if (cfg_.progress)
           std::fprintf(stderr, "cleave: device %s registered (%s, %.1f GFLOP/s, %.0f MiB free)\n", r.peer.c_str(),
                        r.reg.device_name.c_str(), r.reg.compute_gflops, r.reg.memory_free / 1048576.0);
       },
       [&](const std::string& names) {
-        return "only " + std::to_string(devices_.size()) + " of " + std::to_string(opts_.devices) +
-               " devices registered within " + std::to_string(opts_.register_timeout_ms / 1000) + " s" +
-               (names.empty() ? "" : " (" + names + ")") + ": start more cleaved daemons with keys in " +
-               opts_.allow_path;
+        std::string text = "only " + std::to_string(devices_.size()) + " of " + std::to_string(opts_.devices) +
+                           " devices registered within " + std::to_string(opts_.register_timeout_ms / 1000) + " s" +
+                           (names.empty() ? "" : " (" + names + ")") + ": start more cleaved daemons with keys in " +
+                           opts_.allow_path;
+        for (const auto& [name, why] : refused) text += "; refused " + name + ": " + why;
+        return text;
       });
   std::sort(devices_.begin(), devices_.end(),
             [](const StageDevice& a, const StageDevice& b) { return a.name < b.name; });
@@ -171,7 +185,9 @@ void Driver::assign_stages() {
     Message m;
     m.body = a;
     const Received r = request(devices_[s].name, std::move(m), "its stage assignment", Millis(60000));
-    devices_[s].peer_endpoint = ack_detail(r).value("peer_endpoint", std::string());
+    const nlohmann::json detail = ack_detail(r);
+    devices_[s].peer_endpoint =
+        reading(r.peer, "its stage assignment", [&] { return json_string(detail, "peer_endpoint", ""); });
   }
   for (int s = 0; s < p; ++s)
     (void)request(devices_[s].name,
@@ -329,11 +345,14 @@ void Driver::finish_stages() {
     const Received r = request(d.name, command_message(FinishCmd{}), "the finish request", Millis(30000));
     session_->pool().release(d.name);
     const nlohmann::json detail = ack_detail(r);
-    for (const auto& e : detail.value("trace", nlohmann::json::array())) events_.push_back(trace_event_from_json(e));
-    stage_memory_.push_back({{"estimated", detail.value("estimated_memory_bytes", nlohmann::json(0))},
-                             {"peak", detail.value("peak_memory_bytes", nlohmann::json(0))}});
-    busy_.push_back({{"stage", d.stage}, {"device", d.name},
-                     {"busy_seconds", detail.value("busy", nlohmann::json::object())}});
+    reading(d.name, "the finish request", [&] {
+      const nlohmann::json trace = detail.value("trace", nlohmann::json::array());
+      if (!trace.is_array()) throw std::invalid_argument("\"trace\" must be an array, got " + json_type_name(trace));
+      for (const auto& e : trace) events_.push_back(trace_event_from_json(e));
+      stage_memory_.push_back({{"estimated", json_integer(detail, "estimated_memory_bytes", 0)},
+                               {"peak", json_integer(detail, "peak_memory_bytes", 0)}});
+      busy_.push_back({{"stage", d.stage}, {"device", d.name}, {"busy_seconds", json_object(detail, "busy")}});
+    });
   }
   assigned_ = false;
   session_->pool().set_monitoring(false);
@@ -365,10 +384,9 @@ nlohmann::json Driver::result(const EvalResult& ev, int64_t parameters) const {
   out["train_seconds"] = train_seconds_;
   nlohmann::json devs = nlohmann::json::array(), plan = nlohmann::json::array();
   for (const auto& d : devices_) {
-    nlohmann::json details = nlohmann::json::parse(d.reg.details_json.empty() ? "{}" : d.reg.details_json, nullptr, false);
     devs.push_back({{"name", d.name}, {"stage", d.stage}, {"gflops", d.reg.compute_gflops},
                     {"memory_total", d.reg.memory_total}, {"memory_free", d.reg.memory_free},
-                    {"backends", d.reg.backends}, {"details", details.is_discarded() ? nlohmann::json() : details}});
+                    {"backends", d.reg.backends}, {"details", d.details}});
     plan.push_back({{"stage", d.stage}, {"device", d.name}, {"layers", {bounds_[d.stage], bounds_[d.stage + 1]}},
                     {"parameters", stage_counts_[static_cast<size_t>(d.stage)]}});
   }
@@ -397,7 +415,7 @@ nlohmann::json Driver::result(const EvalResult& ev, int64_t parameters) const {
 // tell: GPUs).
 nlohmann::json Driver::stages_json() const {
   std::vector<std::optional<Backend>> backends;
-  for (const auto& d : devices_) backends.push_back(registered_backend(d.reg));
+  for (const auto& d : devices_) backends.push_back(registered_backend(d.details));
   const auto memory = pipeline_memory(spec_, bounds_, ocfg_, cfg_.batch, cfg_.microbatches, schedule_, backends);
   nlohmann::json out = nlohmann::json::array();
   for (size_t s = 0; s < devices_.size(); ++s) {
@@ -522,11 +540,17 @@ Received Driver::wait_for_reply(const std::string& peer, uint64_t request_id, co
   fail("device " + peer + " did not answer " + what + " within " + std::to_string(timeout.count() / 1000) + " s");
 }
 
-nlohmann::json Driver::ack_detail(const Received& r) const {
-  const auto* a = std::get_if<AckMsg>(&r.message.body);
-  nlohmann::json j = a ? nlohmann::json::parse(a->detail, nullptr, false) : nlohmann::json();
-  if (j.is_discarded() || !j.is_object()) fail("device " + r.peer + " sent an unreadable reply");
-  return j;
+nlohmann::json Driver::ack_detail(const Received& r) {
+  return reading(r.peer, "a request", [&] {
+    const auto* a = std::get_if<AckMsg>(&r.message.body);
+    if (!a) throw std::invalid_argument(std::string("expected an ack, got ") + body_kind_name(r.message.body));
+    return parse_untrusted_object(a->detail, kReplyJsonLimits, "its acknowledgement", false);
+  });
+}
+
+void Driver::unreadable(const std::string& peer, const char* what, const std::string& why) {
+  session_->pool().count_refused("ack_detail_invalid");
+  fail("device " + peer + " sent an unreadable reply to " + what + ": " + why);
 }
 
 // Requests go one at a time: the reply (ack or weights) counts only from the

@@ -16,6 +16,7 @@
 
 #include "core/data/dataset.h"
 #include "core/data/loader.h"
+#include "core/io/untrusted_json.h"
 #include "core/model/model_spec.h"
 #include "core/optim/optimizer.h"
 #include "core/pipeline/schedule.h"
@@ -38,10 +39,15 @@ struct StageDevice {
   transport::RegisterMsg reg;
   int stage = -1;
   std::string peer_endpoint;
+  nlohmann::json details = nlohmann::json::object();  // its registration details, read within kPeerJsonLimits
 };
 
-// The backend a daemon registered with ("backend" in its details), if it said.
-std::optional<Backend> registered_backend(const transport::RegisterMsg& reg);
+// The backend a daemon registered with ("backend" in its details), if it
+// said. Throws std::invalid_argument for a "backend" that is not a string.
+std::optional<Backend> registered_backend(const nlohmann::json& details);
+// What the planner reads of a daemon's registration details, checked when it
+// registers: "" when usable, else why not (pipeline_profile.cpp).
+std::string check_pipeline_details(const nlohmann::json& details);
 
 class Driver {
  public:
@@ -83,7 +89,21 @@ class Driver {
                               transport::Millis timeout);
   transport::Received wait_for_reply(const std::string& peer, uint64_t request_id, const char* what,
                                      transport::Millis timeout);
-  nlohmann::json ack_detail(const transport::Received& r) const;
+  nlohmann::json ack_detail(const transport::Received& r);
+  // Runs `read` over a reply of `peer` to `what`: a field of the wrong type
+  // or range ends the run naming the device and the reply (counted as
+  // "ack_detail_invalid"), never with a raw JSON error.
+  template <typename Read>
+  auto reading(const std::string& peer, const char* what, Read&& read) -> decltype(read()) {
+    try {
+      return read();
+    } catch (const nlohmann::json::exception& e) {
+      unreadable(peer, what, e.what());
+    } catch (const std::invalid_argument& e) {
+      unreadable(peer, what, e.what());
+    }
+  }
+  [[noreturn]] void unreadable(const std::string& peer, const char* what, const std::string& why);
   void keep_reply(transport::Received&& r);
   void stop_all();
   // Every stage's parameters in stage order, with their optimizer's `buffers`

@@ -3,8 +3,11 @@
 // (link_probe.h on the daemons) — for `cleave train --planner auto` and
 // `cleave profile`. See docs/planner.md.
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <tuple>
 
+#include "core/io/untrusted_json.h"
 #include "core/runtime/common/wire.h"
 #include "core/runtime/coordinator/pipeline_driver.h"
 
@@ -12,10 +15,25 @@ namespace cleave::pipeline_detail {
 
 using namespace transport;
 
-std::optional<Backend> registered_backend(const RegisterMsg& reg) {
-  const auto details = nlohmann::json::parse(reg.details_json.empty() ? "{}" : reg.details_json, nullptr, false);
-  if (!details.is_object() || !details.contains("backend") || !details["backend"].is_string()) return std::nullopt;
-  return backend_named(details["backend"].get<std::string>());
+std::optional<Backend> registered_backend(const nlohmann::json& details) {
+  const std::string name = json_string(details, "backend", "");
+  if (name.empty()) return std::nullopt;
+  return backend_named(name);
+}
+
+// What the planner reads of a daemon's registration details, checked once
+// when it registers: "" when usable, else why not.
+std::string check_pipeline_details(const nlohmann::json& details) {
+  try {
+    (void)registered_backend(details);
+    (void)json_number(details, "bandwidth_limit_bytes_per_sec", 0, 0);
+    (void)json_string(details, "host", "");
+    (void)json_number(details, "cpu_cores", 0, 0, 1e6);
+    (void)json_number(details, "cpu_threads", 0, 0, 1e6);
+    return {};
+  } catch (const std::invalid_argument& e) {
+    return std::string("registration details: ") + e.what();
+  }
 }
 
 std::pair<double, double> Driver::probe_link(const std::string& peer) {
@@ -58,25 +76,29 @@ Cluster Driver::profile_cluster() {
     const Received r = request(d.name, command_message(ProfileCmd{spec.to_json().dump(), mb_samples, to_wire(cfg_.optimizer)}),
                                "the profiling request", Millis(120000));
     const nlohmann::json detail = ack_detail(r);
-    DeviceProfile dp;
-    dp.name = d.name;
-    dp.memory_bytes = static_cast<int64_t>(d.reg.memory_free);
-    dp.gflops = d.reg.compute_gflops;
-    std::vector<double> secs = detail.at("layer_seconds_per_sample").get<std::vector<double>>();
-    for (double& v : secs)
-      if (v < 0) v = 1e9;  // the layer does not fit this device on its own
-    dp.layer_seconds_per_sample = secs;
-    dp.update_seconds_per_param = detail.value("update_seconds_per_param", 0.0);
-    const auto reg = nlohmann::json::parse(d.reg.details_json.empty() ? "{}" : d.reg.details_json, nullptr, false);
-    if (!reg.is_discarded() && reg.is_object()) {
-      caps[i] = reg.value("bandwidth_limit_bytes_per_sec", 0.0) * 8 / 1e6;
-      // Its backend: the planner then sizes the stage exactly as the daemon will admit it.
-      dp.backend = registered_backend(d.reg);
-      if (reg.contains("host")) {  // which machine it shares with whom (daemons on one box slow each other down)
-        dp.host = reg.value("host", std::string());
-        dp.host_cores = reg.value("cpu_cores", 0.0);
-        dp.cpu_threads = reg.value("cpu_threads", 0.0);
-      }
+    DeviceProfile dp = reading(d.name, "the profiling request", [&] {
+      DeviceProfile p;
+      p.name = d.name;
+      p.memory_bytes = static_cast<int64_t>(d.reg.memory_free);
+      p.gflops = d.reg.compute_gflops;
+      std::vector<double> secs = detail.at("layer_seconds_per_sample").get<std::vector<double>>();
+      if (static_cast<int>(secs.size()) != spec.num_layers())
+        throw std::invalid_argument("\"layer_seconds_per_sample\" has " + std::to_string(secs.size()) +
+                                    " entries for a model of " + std::to_string(spec.num_layers()) + " layers");
+      for (double& v : secs)
+        if (!(v >= 0) || !std::isfinite(v)) v = 1e9;  // the layer does not fit this device on its own
+      p.layer_seconds_per_sample = secs;
+      p.update_seconds_per_param = json_number(detail, "update_seconds_per_param", 0.0, 0.0);
+      return p;
+    });
+    // Checked at registration (check_pipeline_details).
+    caps[i] = json_number(d.details, "bandwidth_limit_bytes_per_sec", 0.0) * 8 / 1e6;
+    // Its backend: the planner then sizes the stage exactly as the daemon will admit it.
+    dp.backend = registered_backend(d.details);
+    if (d.details.contains("host")) {  // which machine it shares with whom (daemons on one box slow each other down)
+      dp.host = json_string(d.details, "host", "");
+      dp.host_cores = json_number(d.details, "cpu_cores", 0.0);
+      dp.cpu_threads = json_number(d.details, "cpu_threads", 0.0);
     }
     cluster.devices.push_back(dp);
     if (cfg_.progress) std::fprintf(stderr, "cleave: profiled %s\n", d.name.c_str());
@@ -90,17 +112,22 @@ Cluster Driver::profile_cluster() {
         const StageDevice& db = devices_[b];
         const auto ep = ack_detail(request(db.name, command_message(ProbeServeCmd{da.name, da.reg.public_key}),
                                            "the link probe set-up", Millis(30000)));
-        const auto m = ack_detail(request(
-            da.name, command_message(ProbePeerCmd{db.name, db.reg.public_key, ep.value("endpoint", std::string())}),
-            "the link probe", Millis(120000)));
+        const std::string endpoint = reading(db.name, "the link probe set-up", [&] { return json_string(ep, "endpoint", ""); });
+        const auto m = ack_detail(
+            request(da.name, command_message(ProbePeerCmd{db.name, db.reg.public_key, endpoint}), "the link probe",
+                    Millis(120000)));
         (void)request(db.name, command_message(ProbeStopCmd{da.name}), "the end of the link probe", Millis(30000));
-        const double lat = m.at("latency_ms").get<double>();
-        cluster.set_link(static_cast<int>(a), static_cast<int>(b), {m.at("mbps_out").get<double>(), lat, std::nullopt});
-        cluster.set_link(static_cast<int>(b), static_cast<int>(a), {m.at("mbps_in").get<double>(), lat, std::nullopt});
+        const auto [lat, out, in] = reading(da.name, "the link probe", [&] {
+          for (const char* key : {"latency_ms", "mbps_out", "mbps_in"})
+            if (!m.contains(key)) throw std::invalid_argument(std::string("\"") + key + "\" is missing");
+          return std::tuple{json_number(m, "latency_ms", -1, 0), json_number(m, "mbps_out", -1, 0),
+                            json_number(m, "mbps_in", -1, 0)};
+        });
+        cluster.set_link(static_cast<int>(a), static_cast<int>(b), {out, lat, std::nullopt});
+        cluster.set_link(static_cast<int>(b), static_cast<int>(a), {in, lat, std::nullopt});
         if (cfg_.progress)
           std::fprintf(stderr, "cleave: link %s -> %s %.0f Mbit/s, %s -> %s %.0f Mbit/s, %.2f ms\n", da.name.c_str(),
-                       db.name.c_str(), m.at("mbps_out").get<double>(), db.name.c_str(), da.name.c_str(),
-                       m.at("mbps_in").get<double>(), lat);
+                       db.name.c_str(), out, db.name.c_str(), da.name.c_str(), in, lat);
       }
     return cluster;
   }

@@ -148,7 +148,6 @@ class SplitDriver {
   std::set<std::string> warned_;                              // daemons logged as not taken
   std::map<std::string, std::string> refused_registrations_;  // daemon -> why its details were refused
   std::map<std::string, int64_t> registered_samples_;         // each client's shard size, as it registered
-  std::map<std::string, int64_t> refused_;  // refused messages by reason: the result's "refused_messages"
 };
 
 nlohmann::json SplitDriver::run() {
@@ -210,7 +209,7 @@ nlohmann::json SplitDriver::ack_detail(const Received& r, const AckMsg& a) {
     (void)json_string(detail, "op", "");
     return detail;
   } catch (const std::invalid_argument& e) {
-    ++refused_["ack_detail_invalid"];
+    session_->pool().count_refused("ack_detail_invalid");
     fail(r.peer + " answered during " + phase_ + " with an unreadable acknowledgement: " + e.what());
   }
 }
@@ -295,7 +294,7 @@ std::optional<FedClientDetails> SplitDriver::daemon_details(const Registration& 
     return read_fed_client_details(got.details, got.details_error);
   } catch (const std::invalid_argument& e) {
     if (warned_.insert(got.peer).second) {  // it registers again every second: once is enough
-      ++refused_["registration_details_invalid"];
+      session_->pool().count_refused("registration_details_invalid");
       refused_registrations_[got.peer] = e.what();
       log(LogLevel::kWarning, "cleave split: " + got.peer + ": " + e.what() + ": registration refused");
     }
@@ -463,7 +462,7 @@ int64_t SplitDriver::average_client_blocks(int e, Clock::time_point deadline) {
     const size_t size = list.front().params.size();
     for (const auto& u : list)  // an epoch is one pass over the shard: no more samples than it registered
       if (const auto why = refuse_update(u, UpdateBounds{size, registered_samples_.at(u.client), -1})) {
-        ++refused_[why->reason];
+        session_->pool().count_refused(why->reason);
         fail("SplitFed: the block of " + u.client + " is unusable: " + why->message + " (" + why->reason + ")");
       }
     AggregateResult agg = aggregate(FedStrategy::fedavg, list, size);
@@ -559,7 +558,7 @@ nlohmann::json SplitDriver::result(const nlohmann::json& rounds, const nlohmann:
   out["cut_bytes_up"] = up;
   out["cut_bytes_down"] = down;
   out["cut_layer_messages"] = cut_messages;
-  out["refused_messages"] = nlohmann::json(refused_);  // {reason: count}
+  out["refused_messages"] = session_->pool().refused_json();  // {reason: count}
   out["messages_from_clients"] = session_->message_kinds_json(clients_);
   out["devices"] = session_->devices_json(std::vector<std::string>(participants_.begin(), participants_.end()));
   for (auto& d : out["devices"]) {
