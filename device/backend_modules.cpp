@@ -78,6 +78,13 @@ BackendOpenFn load_module(Backend b) {
   return reinterpret_cast<BackendOpenFn>(sym);
 }
 
+// Whether the dynamic loader finds `soname` (loaded and let go again).
+bool library_loadable(const char* soname) {
+  void* h = dlopen(soname, RTLD_LAZY | RTLD_LOCAL);
+  if (h) dlclose(h);
+  return h != nullptr;
+}
+
 }  // namespace
 
 std::string backend_module_file(Backend backend) {
@@ -98,6 +105,11 @@ std::vector<std::string> backend_module_dirs() {
 }
 
 std::unique_ptr<Device> open_backend_module(Backend backend, const DeviceOptions& opts, bool require_gpu) {
+  // `auto` (require_gpu) passes over CUDA without loading its module (cudart
+  // and cuBLAS: about 150 MB resident) where the driver every CUDA GPU needs
+  // is missing; asked for by name, the module says what is wrong itself.
+  if (require_gpu && backend == Backend::cuda && !library_loadable("libcuda.so.1"))
+    throw std::runtime_error("no CUDA driver (libcuda.so.1) on this machine");
   static std::mutex mu;
   static std::map<Backend, BackendOpenFn> loaded;  // modules are never unloaded
   BackendOpenFn open = nullptr;

@@ -6,6 +6,8 @@
 // earlier case in the same process loaded it (CTest runs one case per process).
 #include <catch2/catch.hpp>
 
+#include <dlfcn.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <fstream>
@@ -40,6 +42,17 @@ std::vector<Backend> gpu_backends() {
 }
 
 bool any_module_loaded() { return self_maps().find("libcleave-backend-") != std::string::npos; }
+
+// What open_device(b) throws ("" and a failure when it opens a device).
+std::string open_error(Backend b) {
+  try {
+    open_device(backend_name(b));
+  } catch (const std::runtime_error& e) {
+    return e.what();
+  }
+  FAIL_CHECK("opened " << backend_name(b) << " although its module should not load");
+  return "";
+}
 
 // Sets CLEAVE_BACKEND_DIR for the scope of one test.
 struct BackendDirOverride {
@@ -87,18 +100,12 @@ TEST_CASE("a missing backend module is a clear error and auto falls back to the 
   test::TempDir empty;
   BackendDirOverride over(empty.str());
   for (Backend b : gpu_backends()) {
-    const std::string file = backend_module_file(b);
-    try {
-      open_device(backend_name(b));
-      FAIL("opened " << backend_name(b) << " without its module");
-    } catch (const std::runtime_error& e) {
-      const std::string msg = e.what();
-      INFO(msg);
-      CHECK(msg.find(file + " was not found") != std::string::npos);
-      CHECK(msg.find(empty.str()) != std::string::npos);  // where it looked
-      CHECK(msg.find("CLEAVE_BACKEND_DIR") != std::string::npos);
-      CHECK(msg.find("--backend cpu") != std::string::npos);
-    }
+    const std::string msg = open_error(b);
+    INFO(msg);
+    CHECK(msg.find(backend_module_file(b) + " was not found") != std::string::npos);
+    CHECK(msg.find(empty.str()) != std::string::npos);  // where it looked
+    CHECK(msg.find("CLEAVE_BACKEND_DIR") != std::string::npos);
+    CHECK(msg.find("--backend cpu") != std::string::npos);
   }
   CHECK(open_device("auto")->backend() == Backend::cpu);
   CHECK(self_maps().find("libcleave-backend-") == std::string::npos);
@@ -112,17 +119,28 @@ TEST_CASE("a backend module that does not load is a clear error", "[device][modu
   for (Backend b : gpu_backends()) {
     const std::string path = dir.file(backend_module_file(b));
     std::ofstream(path) << "not a shared library\n";
-    try {
-      open_device(backend_name(b));
-      FAIL("opened " << backend_name(b) << " from a broken module");
-    } catch (const std::runtime_error& e) {
-      const std::string msg = e.what();
-      INFO(msg);
-      CHECK(msg.find(path + " failed to load: ") != std::string::npos);
-      CHECK(msg.find("--backend cpu") != std::string::npos);
-    }
+    const std::string msg = open_error(b);
+    INFO(msg);
+    CHECK(msg.find(path + " failed to load: ") != std::string::npos);
+    CHECK(msg.find("--backend cpu") != std::string::npos);
   }
   CHECK(open_device("auto")->backend() == Backend::cpu);
+}
+
+TEST_CASE("auto does not load the CUDA module where there is no CUDA driver", "[device][modules]") {
+  const auto built = gpu_backends();
+  if (std::find(built.begin(), built.end(), Backend::cuda) == built.end()) CLEAVE_SKIP("no CUDA backend in this build");
+  if (void* driver = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL)) {
+    dlclose(driver);
+    CLEAVE_SKIP("this machine has a CUDA driver");
+  }
+  if (self_maps().find("libcleave-backend-cuda") != std::string::npos)
+    CLEAVE_SKIP("the CUDA module was loaded by an earlier case in this process");
+  auto dev = open_device("auto");
+  CHECK(dev->backend() != Backend::cuda);
+  const std::string maps = self_maps();
+  CHECK(maps.find("libcleave-backend-cuda") == std::string::npos);
+  CHECK(maps.find("libcublas") == std::string::npos);
 }
 
 TEST_CASE("opening a GPU backend loads its module on first use", "[device][modules]") {
