@@ -10,14 +10,13 @@
 //
 // This is a few large GEMMs, which is what a GPU wants. The CPU backend overrides
 // both ops with a per-sample form that keeps each sample's columns in cache.
-#include "device/cpu/cpu_device.h"
+#include "device/backends.h"
 #include "device/device.h"
 #include "device/op_checks.h"
 
 namespace cleave {
 
-size_t conv2d_workspace_bytes(Backend backend, const Window2d& g, int64_t oc) {
-  if (backend == Backend::cpu) return CpuDevice::conv2d_workspace_bytes(g, oc);
+size_t lowered_conv2d_workspace_bytes(const Window2d& g, int64_t oc) {
   // The lowering below: cols (C*kh*kw, N*oh*ow) plus, for a batch of more than one,
   // the (OC, N*oh*ow) output (forward) or gradient (backward) copy.
   const int64_t ckk = g.c * g.kh * g.kw, cols_n = g.n * g.out_h() * g.out_w();

@@ -1,4 +1,6 @@
-// device.cpp: backend names, the backend registry behind open_device, and parse_bytes.
+// device.cpp: backend names, byte sizes and their parsing: what every backend
+// and its callers share (compiled into cleave_device and into each backend
+// module). open_device lives in backend_registry.cpp.
 #include "device/device.h"
 
 #include <cctype>
@@ -7,7 +9,6 @@
 #include <limits>
 
 #include "device/backends.h"
-#include "device/cpu/cpu_device.h"
 
 namespace cleave {
 
@@ -26,81 +27,9 @@ std::optional<Backend> backend_named(std::string_view name) {
   return std::nullopt;
 }
 
-size_t bias_grad_rows_workspace_bytes(Backend backend, int64_t rows, int64_t features) {
-  return backend == Backend::cpu ? CpuDevice::bias_grad_rows_workspace_bytes(rows, features) : 0;
-}
-
-size_t layernorm_backward_workspace_bytes(Backend backend, int64_t rows, int64_t cols) {
-  return backend == Backend::cpu ? CpuDevice::layernorm_backward_workspace_bytes(rows, cols) : 0;
-}
-
-std::vector<Backend> compiled_backends() {
-  std::vector<Backend> out;
-#if CLEAVE_HAVE_CUDA
-  out.push_back(Backend::cuda);
-#endif
-#if CLEAVE_HAVE_OPENCL
-  out.push_back(Backend::opencl);
-#endif
-  out.push_back(Backend::cpu);
-  return out;
-}
-
-namespace {
-
-std::string compiled_list() {
-  std::string s;
-  for (Backend b : compiled_backends()) {
-    if (!s.empty()) s += ", ";
-    s += backend_name(b);
-  }
-  return s;
-}
-
-std::string lower(std::string s) {
+std::string ascii_lower(std::string s) {
   for (char& ch : s) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
   return s;
-}
-
-}  // namespace
-
-std::unique_ptr<Device> open_device(const std::string& name, const DeviceOptions& opts) {
-  const std::string n = lower(name);
-  if (n == "cpu") return make_cpu_device(opts);
-  if (n == "opencl") {
-#if CLEAVE_HAVE_OPENCL
-    return make_opencl_device(opts, false);
-#else
-    throw std::runtime_error("device 'opencl' is not compiled into this build (available: auto, " +
-                             compiled_list() + ")");
-#endif
-  }
-  if (n == "cuda") {
-#if CLEAVE_HAVE_CUDA
-    return make_cuda_device(opts);
-#else
-    throw std::runtime_error("device 'cuda' is not compiled into this build (available: auto, " +
-                             compiled_list() + ")");
-#endif
-  }
-  if (n == "auto") {
-#if CLEAVE_HAVE_CUDA
-    try {
-      return make_cuda_device(opts);
-    } catch (const std::exception&) {
-      // no usable CUDA GPU: fall through
-    }
-#endif
-#if CLEAVE_HAVE_OPENCL
-    try {
-      return make_opencl_device(opts, true);
-    } catch (const std::exception&) {
-      // no OpenCL GPU: fall through
-    }
-#endif
-    return make_cpu_device(opts);
-  }
-  throw std::runtime_error("unknown device '" + name + "' (this build has: auto, " + compiled_list() + ")");
 }
 
 std::string mib_text(size_t bytes) {
@@ -132,7 +61,7 @@ size_t parse_bytes(const std::string& text) {
   if (!seen_digit) throw bad("expected a non-negative number");
   const std::string number = text.substr(num_start, i - num_start);
   while (i < text.size() && std::isspace(static_cast<unsigned char>(text[i]))) ++i;
-  std::string unit = lower(text.substr(i));
+  std::string unit = ascii_lower(text.substr(i));
   while (!unit.empty() && std::isspace(static_cast<unsigned char>(unit.back()))) unit.pop_back();
 
   double mult = 1;

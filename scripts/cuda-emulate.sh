@@ -20,7 +20,7 @@ pkg-config --exists openblas || { echo "cuda-emulate: openblas (pkg-config) is n
 
 sources=(
   "$root/device/cuda/cuda_device.cpp" "$root/device/cpu/cpu_device.cpp" "$root/device/cpu/cpu_conv.cpp" "$root/device/tensor.cpp"
-  "$root/device/device.cpp" "$root/device/op_checks.cpp" "$root/device/conv2d_lowering.cpp"
+  "$root/device/device.cpp" "$root/device/backend_registry.cpp" "$root/device/op_checks.cpp" "$root/device/conv2d_lowering.cpp"
   "$root/device/cpu/host_pool.cpp" "$root/tests/device/test_cuda_parity.cpp" "$root/tests/catch_main.cpp")
 for cu in "$root"/kernels/cuda/*.cu; do
   gen="$out/src/$(basename "$cu" .cu).cpp"
@@ -29,7 +29,8 @@ for cu in "$root"/kernels/cuda/*.cu; do
   sources+=("$gen")
 done
 
-flags=(-std=c++20 -O1 -g -fopenmp -DCLEAVE_HAVE_CUDA=1 -I"$root/kernels/cuda/emu" -I"$root" -I"$root/tests"
+# CLEAVE_STATIC_BACKENDS: open_device calls the linked-in CudaDevice instead of loading its module.
+flags=(-std=c++20 -O1 -g -fopenmp -DCLEAVE_HAVE_CUDA=1 -DCLEAVE_STATIC_BACKENDS=1 -I"$root/kernels/cuda/emu" -I"$root" -I"$root/tests"
        $(pkg-config --cflags openblas))
 export CXX out
 compile() {  # src -> obj, rebuilt when the source or any header changed

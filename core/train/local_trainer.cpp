@@ -10,6 +10,7 @@
 #include "core/data/dataset.h"
 #include "core/data/loader.h"
 #include "core/model/partition.h"
+#include "core/planner/memory_model.h"
 #include "core/train/evaluate.h"
 #include "core/train/progress.h"
 #include "core/train/train_checkpoint.h"
@@ -33,6 +34,9 @@ class LocalRun {
   nlohmann::json run();
 
  private:
+  // The memory model's estimate of this run; throws OutOfMemory when it exceeds
+  // what the device has free.
+  size_t check_memory() const;
   void start();  // --load, --init or a fresh seeded model
   void save(const std::string& path);
   // One epoch; false when --max-steps stopped it.
@@ -43,6 +47,7 @@ class LocalRun {
   ModelSpec spec_;
   Dataset train_, test_;
   std::unique_ptr<Device> device_;
+  size_t estimated_bytes_ = 0;  // check_memory()
   std::unique_ptr<Partition> model_;
   std::unique_ptr<BatchLoader> loader_;
   OptimizerConfig ocfg_;
@@ -57,20 +62,37 @@ class LocalRun {
 
 LocalRun::LocalRun(const TrainConfig& cfg) : cfg_(cfg), bar_(cfg.progress) {
   spec_ = ModelSpec::load(cfg.model_path);
+  DeviceOptions dopts;
+  dopts.threads = cfg.threads;
+  device_ = open_device(cfg.backend, dopts);
+  estimated_bytes_ = check_memory();  // before the data, the model or anything else is allocated
   train_ = load_dataset(cfg.dataset, cfg.dataset_dir, /*train=*/true, cfg.limit_train);
   test_ = load_dataset(cfg.dataset, cfg.dataset_dir, /*train=*/false, cfg.limit_test);
   if (numel(train_.sample_shape) != numel(spec_.input))
     throw std::runtime_error(cfg.model_path + ": model input " + shape_str(spec_.input) + " does not match the " +
                              train_.name + " samples " + shape_str(train_.sample_shape));
-  DeviceOptions dopts;
-  dopts.threads = cfg.threads;
-  device_ = open_device(cfg.backend, dopts);
   model_ = std::make_unique<Partition>(*device_, spec_, 0, spec_.num_layers());
   loader_ = std::make_unique<BatchLoader>(train_, cfg.batch, /*shuffle=*/true, cfg.seed);
   ocfg_ = cfg.optimizer;
   if (ocfg_.total_steps == 0) ocfg_.total_steps = loader_->batches_per_epoch() * cfg.epochs;
   ocfg_.validate();
   opt_ = std::make_unique<Optimizer>(*device_, ocfg_, model_->param_count());
+}
+
+// The whole model is one stage on this device with one micro-batch in flight
+// (train_step runs each micro-batch's forward and backward before the next):
+// the number a daemon would admit it with (core/planner/memory_model.h).
+size_t LocalRun::check_memory() const {
+  const StageMemory need = stage_memory(spec_, 0, spec_.num_layers(), cfg_.optimizer, cfg_.batch, cfg_.microbatches,
+                                        /*in_flight=*/1, device_->backend());
+  const MemoryInfo mem = device_->memory();
+  if (need.total() > mem.free)
+    throw OutOfMemory(cfg_.model_path + " with --batch " + std::to_string(cfg_.batch) + " and --microbatches " +
+                      std::to_string(cfg_.microbatches) + " needs an estimated " + need.describe() + " on " +
+                      device_->name() + ", but only " + format_mib(mem.free) + " is free: use a smaller --batch, " +
+                      "more --microbatches or a model with fewer layers, or split the model over cleaved daemons " +
+                      "(cleave train without --local)");
+  return need.total();
 }
 
 void LocalRun::start() {
@@ -164,6 +186,8 @@ nlohmann::json LocalRun::run() {
   out["epoch_stats"] = epochs_json_;
   out["backend"] = backend_name(device_->backend());
   out["device"] = device_->name();
+  out["estimated_memory_bytes"] = estimated_bytes_;
+  out["peak_memory_bytes"] = device_->peak_bytes_in_use();  // 0 where the backend cannot tell
   return out;
 }
 

@@ -14,9 +14,13 @@ namespace cleave {
 
 // Runs the whole job described by `config` and returns the result JSON:
 // mode, model, epochs, steps, losses (one per step), test_accuracy, test_loss,
-// samples_per_sec, wall_seconds, plus backend/device/optimizer details.
+// samples_per_sec, wall_seconds, plus backend/device/optimizer details,
+// estimated_memory_bytes (the memory model's estimate, core/planner/
+// memory_model.h, of the whole model as one stage on the chosen device) and
+// peak_memory_bytes (what the device held at most; 0 where it cannot tell).
 // Throws std::runtime_error with a clear message for bad input (missing files,
-// bad model, checkpoint mismatch).
+// bad model, checkpoint mismatch), and OutOfMemory, before allocating anything,
+// when the estimate exceeds the device's free memory.
 nlohmann::json train_local(const TrainConfig& config);
 
 }  // namespace cleave

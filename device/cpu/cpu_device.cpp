@@ -75,12 +75,32 @@ std::string CpuDevice::name() const {
   return "cpu (" + std::to_string(threads_) + (threads_ == 1 ? " thread" : " threads") + ", OpenBLAS)";
 }
 
+namespace {
+
+// What the kernel says can be allocated without swapping (MemAvailable: free
+// pages plus the page cache and other memory it can reclaim), or, where
+// /proc/meminfo does not say, the free pages alone.
+size_t available_host_bytes(long page) {
+  if (FILE* f = std::fopen("/proc/meminfo", "r")) {
+    char line[128];
+    unsigned long long kib = 0;
+    bool found = false;
+    while (!found && std::fgets(line, sizeof line, f)) found = std::sscanf(line, "MemAvailable: %llu kB", &kib) == 1;
+    std::fclose(f);
+    if (found) return static_cast<size_t>(kib) * 1024;
+  }
+  const long avail = sysconf(_SC_AVPHYS_PAGES);
+  return page > 0 && avail > 0 ? static_cast<size_t>(page) * static_cast<size_t>(avail) : 0;
+}
+
+}  // namespace
+
 MemoryInfo CpuDevice::memory() const {
   const long page = sysconf(_SC_PAGESIZE);
   const long pages = sysconf(_SC_PHYS_PAGES);
-  const long avail = sysconf(_SC_AVPHYS_PAGES);
   const size_t phys = page > 0 && pages > 0 ? static_cast<size_t>(page) * static_cast<size_t>(pages) : 0;
-  const size_t phys_free = page > 0 && avail > 0 ? static_cast<size_t>(page) * static_cast<size_t>(avail) : 0;
+  const size_t avail = available_host_bytes(page);
+  const size_t phys_free = phys > 0 ? std::min(avail, phys) : avail;
   MemoryInfo info;
   const size_t used = pool_->in_use();
   if (limit_ > 0) {

@@ -4,7 +4,9 @@
 // the parallel paths.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
+#include <fstream>
 #include <functional>
 #include <random>
 #include <string>
@@ -16,6 +18,7 @@
 #include "device/device.h"
 #include "device/tensor.h"
 #include "device/reference_ops.h"
+#include "skip.h"
 
 using namespace cleave;
 using ref::Vec;
@@ -212,6 +215,33 @@ TEST_CASE("memory limit and accounting", "[device][memory]") {
   CpuDevice unlimited{DeviceOptions{}};
   CHECK(unlimited.memory().total > (64u << 20));
   CHECK(unlimited.memory().free <= unlimited.memory().total);
+}
+
+namespace {
+
+// MemAvailable of /proc/meminfo in bytes, 0 when it does not say.
+size_t mem_available() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  size_t kib = 0;
+  while (in >> key) {
+    if (key == "MemAvailable:" && in >> kib) return kib * 1024;
+    std::getline(in, key);
+  }
+  return 0;
+}
+
+}  // namespace
+
+TEST_CASE("the CPU's free memory is what the kernel can make available, page cache included", "[device][memory]") {
+  const size_t before = mem_available();
+  if (before == 0) CLEAVE_SKIP("/proc/meminfo has no MemAvailable");
+  CpuDevice dev{DeviceOptions{}};
+  const size_t free = dev.memory().free;
+  const size_t after = mem_available();
+  const size_t slack = size_t{64} << 20;  // other processes allocate meanwhile
+  CHECK(free + slack >= std::min(before, after));
+  CHECK(free <= std::max(before, after) + slack);
 }
 
 TEST_CASE("ops reject tensors of the wrong size or device", "[device][errors]") {

@@ -7,7 +7,10 @@
 
 namespace cleave {
 
-double measure_gflops(Device& device) {
+namespace {
+
+// The median of the probe's timed repetitions; its tensors are freed on return.
+double timed_gemms(Device& device) {
   const int64_t n = 256;
   Tensor a(device, {n, n}), b(device, {n, n}), c(device, {n, n});
   device.fill(a, 0.5f);
@@ -25,6 +28,16 @@ double measure_gflops(Device& device) {
   }
   std::sort(rates.begin(), rates.end());
   return rates[rates.size() / 2];
+}
+
+}  // namespace
+
+double measure_gflops(Device& device) {
+  const double gflops = timed_gemms(device);
+  // The daemon then idles until a job comes: the blocks the backend kept for
+  // reuse (the CPU's pool) go back to the system now.
+  device.release_cached_memory();
+  return gflops;
 }
 
 }  // namespace cleave

@@ -1,0 +1,289 @@
+// bench_idle_rss: resident memory of idle `cleaved --backend cpu` daemons
+// (issue 13, finding 9; target: at most 16 MiB for a CPU daemon). Prints a
+// table and writes JSON.
+//
+//   bench_idle_rss [--cleaved PATH] [--runs 5] [--settle 2] [--json bench-idle-rss.json]
+//
+// Each run starts a fresh daemon and, once it is idle, reads VmRSS, RssAnon,
+// RssFile, VmHWM and Threads from /proc/PID/status, counts the CUDA / OpenCL
+// libraries in /proc/PID/maps and keeps the mappings that hold the most. Setups:
+//   unconnected      dialling a loopback port where nothing listens (all cores)
+//   unconnected-1t   the same with --threads 1
+//   registered-1t    --threads 1, registered with a coordinator (a CURVE server
+//                    in this process, on the daemon's allow-list) that gives it no job
+//   auto             unconnected with --backend auto (the default): the GPU
+//                    backends' modules are tried and, without a GPU, the CPU used
+// "Idle" is --settle seconds after the start-up probe ("GFLOP/s measured" in
+// its log) and, for registered-1t, after its first registration arrived. Each
+// setup reports the median of --runs; the machine's cores, memory and load
+// average are recorded. Run with --cleaved OLD/cleaved to measure another build.
+#include <sys/utsname.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <iostream>
+#include <iterator>
+#include <map>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <variant>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "apps/common/processes.h"
+#include "bench/common/bench_args.h"
+#include "bench/common/local_daemons.h"
+#include "core/io/json_file.h"
+#include "transport/endpoint.h"
+#include "transport/keys.h"
+
+#ifndef CLEAVE_BUILD_DIR
+#define CLEAVE_BUILD_DIR "."
+#endif
+
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+constexpr double kTargetMiB = 16.0;
+constexpr double kKiB = 1024.0;
+
+struct Args {
+  std::string cleaved = CLEAVE_BUILD_DIR "/apps/cleaved/cleaved";
+  int runs = 5;
+  double settle = 2.0;
+  std::string json = "bench-idle-rss.json";
+};
+
+// One sample of a daemon's memory, in KiB (threads: a count).
+struct Sample {
+  std::map<std::string, double> status;  // VmRSS, RssAnon, RssFile, VmHWM, Threads
+  int gpu_libraries = 0;                 // distinct CUDA / OpenCL libraries mapped
+  nlohmann::json top;                    // the mappings with the most resident memory
+};
+
+std::string read_all(const std::string& path) {
+  std::ifstream in(path);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+double load_average() {
+  std::ifstream in("/proc/loadavg");
+  double l = -1;
+  in >> l;
+  return l;
+}
+
+bool is_gpu_library(const std::string& path) {
+  for (const char* lib : {"libcuda", "libcublas", "libnvrtc", "libOpenCL", "libclblast", "libpocl", "libcleave-backend-"})
+    if (path.find(lib) != std::string::npos) return true;
+  return false;
+}
+
+// The mappings of /proc/PID/smaps with the most resident memory (anonymous ones
+// as "[anon]"), and how many distinct GPU libraries are mapped.
+void read_mappings(pid_t pid, Sample& s) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/smaps");
+  std::map<std::string, std::pair<double, double>> by_path;  // rss, anonymous (KiB)
+  std::string line, current;
+  while (std::getline(in, line)) {
+    std::istringstream ls(line);
+    std::string first;
+    ls >> first;
+    if (first.find('-') != std::string::npos && first.back() != ':') {
+      std::string perms, offset, dev, inode, path;
+      ls >> perms >> offset >> dev >> inode;
+      std::getline(ls >> std::ws, path);
+      current = path.empty() ? "[anon]" : path;
+    } else if (first == "Rss:" || first == "Anonymous:") {
+      double kib = 0;
+      ls >> kib;
+      (first == "Rss:" ? by_path[current].first : by_path[current].second) += kib;
+    }
+  }
+  std::vector<std::pair<double, std::string>> order;
+  for (const auto& [path, v] : by_path) {
+    order.emplace_back(v.first, path);
+    if (is_gpu_library(path)) ++s.gpu_libraries;
+  }
+  std::sort(order.rbegin(), order.rend());
+  s.top = nlohmann::json::array();
+  for (size_t i = 0; i < order.size() && i < 8; ++i)
+    s.top.push_back({{"mapping", order[i].second},
+                     {"rss_kib", order[i].first},
+                     {"anonymous_kib", by_path[order[i].second].second}});
+}
+
+Sample sample(pid_t pid) {
+  Sample s;
+  std::istringstream status(read_all("/proc/" + std::to_string(pid) + "/status"));
+  std::string key;
+  while (status >> key) {
+    double v = 0;
+    if (key == "VmRSS:" || key == "RssAnon:" || key == "RssFile:" || key == "VmHWM:" || key == "Threads:") {
+      status >> v;
+      s.status[key.substr(0, key.size() - 1)] = v;
+    }
+    std::getline(status, key);
+  }
+  read_mappings(pid, s);
+  return s;
+}
+
+// Waits up to 60 s for `needle` in the daemon's log; throws with the log otherwise.
+void wait_for_log(const std::string& log, const std::string& needle, const std::function<void()>& while_waiting) {
+  const auto end = Clock::now() + std::chrono::seconds(60);
+  while (read_all(log).find(needle) == std::string::npos) {
+    if (Clock::now() > end) throw std::runtime_error("cleaved never logged '" + needle + "':\n" + read_all(log));
+    while_waiting();
+  }
+}
+
+// Keeps reading what the daemon sends (its registrations) for `seconds`.
+void serve_for(cleave::transport::ServerEndpoint* server, double seconds, bool* registered) {
+  const auto end = Clock::now() + std::chrono::duration<double>(seconds);
+  while (Clock::now() < end) {
+    if (!server) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      continue;
+    }
+    auto r = server->receive(cleave::transport::Millis(50));
+    if (r && std::holds_alternative<cleave::transport::RegisterMsg>(r.value().message.body) && registered)
+      *registered = true;
+  }
+}
+
+// One fresh daemon of `setup`, sampled once idle.
+Sample run_once(const Args& a, const std::string& setup) {
+  cleave::bench::LocalDaemons keys({"idle"}, a.cleaved);
+  const std::string dir = fs::path(keys.coordinator_key()).parent_path().string();
+  const std::string log = dir + "/idle.log";
+  std::unique_ptr<cleave::transport::ServerEndpoint> server;
+  std::vector<std::string> argv = {a.cleaved, "--name", "idle", "--backend", setup == "auto" ? "auto" : "cpu"};
+  if (setup == "registered-1t") {
+    cleave::transport::ServerOptions o;
+    o.keys = cleave::transport::load_secret_key(keys.coordinator_key());
+    o.allow = cleave::transport::AllowList::load(keys.allow());
+    o.label = "bench coordinator";
+    server = std::make_unique<cleave::transport::ServerEndpoint>(o);
+    argv.insert(argv.end(), {"--coordinator", server->endpoint(), "--key", dir + "/idle.key", "--coordinator-key",
+                             dir + "/coordinator.pub"});
+  } else {
+    argv.insert(argv.end(), {"--coordinator", "tcp://127.0.0.1:9", "--insecure"});
+  }
+  if (setup.ends_with("-1t")) argv.insert(argv.end(), {"--threads", "1"});
+  const pid_t pid = cleave::spawn(argv, log);
+  Sample s;
+  try {
+    bool registered = !server;
+    wait_for_log(log, "GFLOP/s measured", [&] { serve_for(server.get(), 0.05, &registered); });
+    const auto end = Clock::now() + std::chrono::seconds(60);
+    while (!registered && Clock::now() < end) serve_for(server.get(), 0.1, &registered);
+    if (!registered) throw std::runtime_error("the daemon never registered:\n" + read_all(log));
+    serve_for(server.get(), a.settle, nullptr);
+    s = sample(pid);
+  } catch (...) {
+    cleave::terminate(pid);
+    throw;
+  }
+  cleave::terminate(pid);
+  return s;
+}
+
+Args parse(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--help" || arg == "-h") {
+      std::cout << "usage: bench_idle_rss [--cleaved PATH] [--runs N] [--settle SECONDS] [--json PATH]\n";
+      std::exit(0);
+    }
+    if (i + 1 >= argc) throw std::invalid_argument(arg + " needs a value");
+    const std::string v = argv[++i];
+    if (arg == "--cleaved") a.cleaved = v;
+    else if (arg == "--runs") a.runs = static_cast<int>(cleave::bench::parse_int_arg(arg, v, 1));
+    else if (arg == "--settle") a.settle = cleave::bench::parse_positive_arg(arg, v);
+    else if (arg == "--json") a.json = v;
+    else throw std::invalid_argument("unknown argument '" + arg + "'");
+  }
+  if (!fs::exists(a.cleaved)) throw std::invalid_argument("--cleaved " + a.cleaved + ": no such file");
+  return a;
+}
+
+nlohmann::json machine(double load_start) {
+  utsname u{};
+  uname(&u);
+  std::istringstream mem(read_all("/proc/meminfo"));
+  std::string key;
+  double total_kib = 0;
+  while (mem >> key)
+    if (key == "MemTotal:") mem >> total_kib;
+  return {{"cores", cleave::bench::online_cores()},
+          {"memory_total_bytes", total_kib * kKiB},
+          {"kernel", std::string(u.release)},
+          {"load_average_start", load_start}};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args a;
+  try {
+    a = parse(argc, argv);
+  } catch (const std::exception& e) {
+    std::cerr << "bench_idle_rss: " << e.what() << "\nusage: bench_idle_rss [--cleaved PATH] [--runs N] "
+              << "[--settle SECONDS] [--json PATH]\n";
+    return 2;
+  }
+  try {
+    nlohmann::json report = {{"benchmark", "idle_rss"},
+                             {"cleaved", fs::absolute(a.cleaved).string()},
+                             {"runs", a.runs},
+                             {"settle_seconds", a.settle},
+                             {"target_vmrss_bytes", kTargetMiB * kKiB * kKiB},
+                             {"machine", machine(load_average())},
+                             {"setups", nlohmann::json::array()}};
+    std::printf("%-15s %5s %10s %10s %10s %10s %8s %9s %7s\n", "setup", "runs", "VmRSS MiB", "anon MiB", "file MiB",
+                "HWM MiB", "threads", "GPU libs", "target");
+    for (const std::string setup : {"unconnected", "unconnected-1t", "registered-1t", "auto"}) {
+      std::map<std::string, std::vector<double>> values;
+      nlohmann::json runs = nlohmann::json::array();
+      Sample last;
+      for (int r = 0; r < a.runs; ++r) {
+        last = run_once(a, setup);
+        for (const auto& [k, v] : last.status) values[k].push_back(v);
+        values["gpu_libraries"].push_back(last.gpu_libraries);
+        runs.push_back({{"status_kib", last.status}, {"gpu_libraries", last.gpu_libraries}});
+      }
+      nlohmann::json median;
+      for (const auto& [k, v] : values) median[k] = cleave::bench::median(v);
+      const double rss_mib = median.value("VmRSS", 0.0) / kKiB;
+      const bool meets = rss_mib <= kTargetMiB;
+      std::printf("%-15s %5d %10.1f %10.1f %10.1f %10.1f %8.0f %9.0f %7s\n", setup.c_str(), a.runs, rss_mib,
+                  median.value("RssAnon", 0.0) / kKiB, median.value("RssFile", 0.0) / kKiB,
+                  median.value("VmHWM", 0.0) / kKiB, median.value("Threads", 0.0),
+                  median.value("gpu_libraries", 0.0), meets ? "met" : "MISSED");
+      report["setups"].push_back({{"setup", setup},
+                                  {"median_kib", median},
+                                  {"vmrss_mib", rss_mib},
+                                  {"meets_target", meets},
+                                  {"largest_mappings_last_run", last.top},
+                                  {"each_run", runs}});
+    }
+    report["machine"]["load_average_end"] = load_average();
+    std::printf("target: VmRSS <= %.0f MiB; load average %.2f -> %.2f; JSON: %s\n", kTargetMiB,
+                report["machine"]["load_average_start"].get<double>(), load_average(), a.json.c_str());
+    cleave::write_json_file(a.json, report);
+  } catch (const std::exception& e) {
+    std::cerr << "bench_idle_rss: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}
