@@ -78,6 +78,13 @@ struct SocketTuning {
 // as soon as their size is read, without buffering them.
 int64_t transport_frame_cap(const DecodeLimits& limits);
 
+// Caps for an endpoint that never receives a model file (a coordinator, either
+// end of a stage-to-stage link): every header is control-sized and a payload
+// frame may be at most `largest_payload_bytes` plus room (1/16 and 64 KiB) for
+// what a caller's estimate does not see. The frame cap (ZMQ_MAXMSGSIZE)
+// follows from it.
+DecodeLimits payload_limits(size_t largest_payload_bytes);
+
 struct ServerOptions {
   std::string bind = "tcp://127.0.0.1:*";  // '*' port: ephemeral, see endpoint()
   KeyPair keys;                            // this server's key pair (CURVE)
