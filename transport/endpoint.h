@@ -78,11 +78,11 @@ struct SocketTuning {
 // as soon as their size is read, without buffering them.
 int64_t transport_frame_cap(const DecodeLimits& limits);
 
-// Caps for an endpoint that never receives a model file (a coordinator, either
-// end of a stage-to-stage link): every header is control-sized and a payload
-// frame may be at most `largest_payload_bytes` plus room (1/16 and 64 KiB) for
-// what a caller's estimate does not see. The frame cap (ZMQ_MAXMSGSIZE)
-// follows from it.
+// Caps for an endpoint that receives tensors or weights of a known job (a
+// coordinator, either end of a stage-to-stage link): the default header caps
+// (control kinds 1 MiB, acks with reports 64 MiB) and payload frames of at most
+// `largest_payload_bytes` plus room (1/16 and 64 KiB) for what a caller's
+// estimate does not see. The frame cap (ZMQ_MAXMSGSIZE) follows from it.
 DecodeLimits payload_limits(size_t largest_payload_bytes);
 
 struct ServerOptions {

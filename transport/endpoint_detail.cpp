@@ -169,11 +169,8 @@ int64_t transport_frame_cap(const DecodeLimits& limits) {
 
 DecodeLimits payload_limits(size_t largest_payload_bytes) {
   DecodeLimits limits;
-  limits.max_control_bytes = std::min(limits.max_control_bytes, limits.max_header_bytes);
-  limits.max_header_bytes = limits.max_control_bytes;
   const size_t room = largest_payload_bytes / 16 + (size_t{64} << 10);
   limits.max_payload_bytes = largest_payload_bytes > (size_t{1} << 60) ? (size_t{1} << 60) : largest_payload_bytes + room;
-  limits.max_string_bytes = std::min(limits.max_string_bytes, limits.max_control_bytes);
   return limits;
 }
 

@@ -218,8 +218,8 @@ struct Validator {
 
 }  // namespace
 
-bool carries_model_spec(const Body& body) {
-  if (std::holds_alternative<AssignMsg>(body)) return true;
+bool header_may_be_large(const Body& body) {
+  if (std::holds_alternative<AssignMsg>(body) || std::holds_alternative<AckMsg>(body)) return true;
   const auto* c = std::get_if<CommandMsg>(&body);
   return c && std::holds_alternative<ProfileCmd>(c->command);
 }
@@ -479,10 +479,10 @@ Result<Message> decode_message(std::span<const std::byte> header, std::span<cons
   Message message;
   message.request_id = env->request_id();
   if (auto e = convert(*env, message.body); !e.empty()) return reject(e);
-  if (!carries_model_spec(message.body) && header.size() > limits.max_control_bytes)
+  if (!header_may_be_large(message.body) && header.size() > limits.max_control_bytes)
     return reject(std::string(body_kind_name(message.body)) + ": header frame of " + std::to_string(header.size()) +
                   " bytes exceeds the limit of " + std::to_string(limits.max_control_bytes) +
-                  " bytes for control messages (only assign and profile carry a model file)");
+                  " bytes for control messages (only assign, profile and ack may be larger)");
   message.payloads.assign(payloads.begin(), payloads.end());
   if (auto e = validate_message(message, limits); !e.empty()) return reject(e);
   return message;

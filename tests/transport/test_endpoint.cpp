@@ -458,13 +458,13 @@ TEST_CASE("a control message over 1 MiB is refused by kind and the endpoint keep
   CHECK(server.stats().messages_rejected == 1);
 }
 
-TEST_CASE("payload_limits caps headers as control messages and sets the frame cap from the payload",
-          "[transport]") {
-  const DecodeLimits l = payload_limits(10u << 20);
-  CHECK(l.max_header_bytes == l.max_control_bytes);
-  CHECK(l.max_payload_bytes >= (10u << 20));
-  CHECK(l.max_payload_bytes < (11u << 20));
-  CHECK(transport_frame_cap(l) < (int64_t{24} << 20));
+TEST_CASE("payload_limits keeps the header caps and sets the frame cap from the payload", "[transport]") {
+  const DecodeLimits l = payload_limits(size_t{512} << 20);
+  CHECK(l.max_control_bytes == (1u << 20));
+  CHECK(l.max_payload_bytes >= (size_t{512} << 20));
+  CHECK(l.max_payload_bytes < (size_t{545} << 20));
+  CHECK(transport_frame_cap(l) < (int64_t{1090} << 20));  // far below the 2 GiB of the defaults
+  CHECK(transport_frame_cap(payload_limits(1u << 20)) == int64_t{2} * DecodeLimits{}.max_header_bytes);
 }
 
 TEST_CASE("replacing the allow-list revokes a key: event, connection shut down, reconnect and queued messages refused",
