@@ -13,7 +13,20 @@
 //   - receive(timeout): a Message, FailureKind::kTimeout, or kRejected for
 //     input that failed validation (logged, counted; the endpoint keeps serving);
 //   - detect dead peers: ZMTP heartbeats close silent connections, a socket
-//     monitor reports disconnects and refused handshakes (logged, counted).
+//     monitor reports disconnects and refused handshakes (counted; logged
+//     rate-limited, since a peer can cause them at will);
+//   - cap what they receive (SocketTuning::limits): ZMQ_MAXMSGSIZE is set
+//     from the caps before any connection exists, so libzmq drops a
+//     connection announcing a bigger frame before buffering it.
+// A ServerEndpoint may have its allow-list replaced while it serves (key
+// revocation: replace_allow_list, or ServerOptions::allow_path watched on
+// disk and re-read on request_allow_list_reload()): a revoked key's new
+// handshakes are refused, its open connections are shut down, its queued
+// messages are refused at receive, and it gets a PeerEvent::kRevoked.
+// A ClientEndpoint whose handshake fails (its key refused, or a server
+// without the secret of server_public_key) closes its socket and dials again
+// after a back-off (1 s doubling to 30 s by default), logging once per step,
+// instead of libzmq's retry every 100 ms.
 // Endpoints are not thread-safe: use each from one thread at a time. Their
 // background threads (ZAP, monitor) touch only their own sockets.
 // `insecure = true` uses plain TCP (NULL mechanism) and logs a warning.
@@ -45,6 +58,7 @@ struct EndpointStats {
   uint64_t handshakes_failed = 0;  // handshake failures seen by the monitor (junk, no CURVE, denied)
   uint64_t handshakes_succeeded = 0;  // client: connections made (the first and every reconnect)
   uint64_t disconnects = 0;        // connections closed (peer gone, heartbeat timeout, oversized frame)
+  uint64_t revoked_connections = 0;  // server: connections closed because their key was revoked
   std::string last_rejection;      // message of the most recent rejection
 };
 
@@ -61,8 +75,16 @@ struct SocketTuning {
 
 // ZMQ_MAXMSGSIZE is set to twice the largest application limit: frames
 // between the limit and the cap arrive and are rejected with a clear error;
-// frames above the cap make libzmq drop the connection (counted as a disconnect).
+// frames above the cap make libzmq drop the connection (counted as a disconnect)
+// as soon as their size is read, without buffering them.
 int64_t transport_frame_cap(const DecodeLimits& limits);
+
+// Caps for an endpoint that receives tensors or weights of a known job (a
+// coordinator, either end of a stage-to-stage link): the default header caps
+// (control kinds 1 MiB, acks with reports 64 MiB) and payload frames of at most
+// `largest_payload_bytes` plus room (1/16 and 64 KiB) for what a caller's
+// estimate does not see. The frame cap (ZMQ_MAXMSGSIZE) follows from it.
+DecodeLimits payload_limits(size_t largest_payload_bytes);
 
 struct ServerOptions {
   std::string bind = "tcp://127.0.0.1:*";  // '*' port: ephemeral, see endpoint()
@@ -71,6 +93,12 @@ struct ServerOptions {
   bool insecure = false;                   // plain TCP, NULL mechanism, warning logged
   std::string label = "server";            // prefix of log lines
   SocketTuning tuning;
+  // Where `allow` came from (a directory of .pub files or a key file): when
+  // set, the endpoint re-reads it when its entries change (polled every
+  // allow_poll_ms) or a reload is requested (allow_watch.h), and revokes the
+  // keys no longer on it. Empty: the list is fixed (replace_allow_list still works).
+  std::string allow_path;
+  int allow_poll_ms = 1000;
 };
 
 struct ClientOptions {
@@ -80,6 +108,8 @@ struct ClientOptions {
   bool insecure = false;
   std::string label = "client";
   SocketTuning tuning;
+  int auth_backoff_initial_ms = 1000;  // first wait after a failed handshake
+  int auth_backoff_max_ms = 30000;     // the wait doubles up to this
 };
 
 // A message and who sent it (server side).
@@ -89,7 +119,8 @@ struct Received {
 };
 
 struct PeerEvent {
-  enum class Kind { kConnected, kDisconnected };
+  // kRevoked: the peer's key was taken off the allow-list (its connections are closed).
+  enum class Kind { kConnected, kDisconnected, kRevoked };
   Kind kind;
   std::string peer;
 };
@@ -122,6 +153,13 @@ class ServerEndpoint {
   // Time since the last valid message from `peer`, or nullopt if never heard.
   std::optional<Millis> since_last_seen(const std::string& peer) const;
 
+  // Admits exactly the keys of `allow` from now on. A name whose key is gone
+  // (or changed) is revoked: refused at its next handshake, its connections
+  // that sent a message are shut down, its queued messages are refused, and a
+  // peer that had connected gets a kRevoked event. Logged. Returns the revoked
+  // names. Thread-safe (the allow_path watcher calls it from its thread).
+  std::vector<std::string> replace_allow_list(AllowList allow);
+
   EndpointStats stats() const;
 
  private:
@@ -145,6 +183,10 @@ class ClientEndpoint {
   bool connected() const;
   // Waits until connected() or the timeout passes; returns connected().
   bool wait_connected(Millis timeout) const;
+  // Handshakes that failed since the last successful one (0 while connected)
+  // and why the last one failed ("" when none did).
+  uint64_t failed_handshakes() const;
+  std::string last_handshake_failure() const;
 
   EndpointStats stats() const;
 

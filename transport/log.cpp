@@ -55,4 +55,24 @@ void log(LogLevel level, std::string_view message) {
                static_cast<int>(message.size()), message.data());
 }
 
+bool LogThrottle::log(LogLevel level, const std::string& message) {
+  std::string line;
+  {
+    std::lock_guard lock(mutex_);
+    const auto now = std::chrono::steady_clock::now();
+    if (last_ && now - *last_ < interval_) {
+      ++held_;
+      return false;
+    }
+    line = message;
+    if (held_ > 0)
+      line += " (" + std::to_string(held_) + " more like it in the last " +
+              std::to_string(std::chrono::duration_cast<std::chrono::seconds>(now - *last_).count()) + " s)";
+    last_ = now;
+    held_ = 0;
+  }
+  transport::log(level, line);
+  return true;
+}
+
 }  // namespace cleave::transport

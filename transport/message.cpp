@@ -218,6 +218,12 @@ struct Validator {
 
 }  // namespace
 
+bool header_may_be_large(const Body& body) {
+  if (std::holds_alternative<AssignMsg>(body) || std::holds_alternative<AckMsg>(body)) return true;
+  const auto* c = std::get_if<CommandMsg>(&body);
+  return c && std::holds_alternative<ProfileCmd>(c->command);
+}
+
 std::string validate_message(const Message& message, const DecodeLimits& limits) {
   const size_t want = expected_payload_frames(message.body);
   if (message.payloads.size() != want)
@@ -473,6 +479,10 @@ Result<Message> decode_message(std::span<const std::byte> header, std::span<cons
   Message message;
   message.request_id = env->request_id();
   if (auto e = convert(*env, message.body); !e.empty()) return reject(e);
+  if (!header_may_be_large(message.body) && header.size() > limits.max_control_bytes)
+    return reject(std::string(body_kind_name(message.body)) + ": header frame of " + std::to_string(header.size()) +
+                  " bytes exceeds the limit of " + std::to_string(limits.max_control_bytes) +
+                  " bytes for control messages (only assign, profile and ack may be larger)");
   message.payloads.assign(payloads.begin(), payloads.end());
   if (auto e = validate_message(message, limits); !e.empty()) return reject(e);
   return message;

@@ -310,11 +310,25 @@ size_t expected_payload_frames(const Body& body);
 // Wire form.
 
 // Limits applied by decode_message (sizes in bytes).
+// Sizes are capped by kind: only the kinds that carry a model file (assign, and
+// the profile command among the job commands) or a report (ack: a finished
+// stage's trace) may have a header frame up to `max_header_bytes`; the header
+// of every other kind (register, heartbeat, error, metrics, the other
+// commands and the headers of tensor / weights / probe messages) is a control
+// message of at most `max_control_bytes`. Payload frames are
+// capped by `max_payload_bytes`, which an application sets from the largest
+// tensor its job expects (endpoint.h: the same cap becomes ZMQ_MAXMSGSIZE).
 struct DecodeLimits {
   size_t max_header_bytes = 64u << 20;    // model specs travel in assign
+  size_t max_control_bytes = 1u << 20;    // header of every kind that carries no model spec
   size_t max_payload_bytes = 1u << 30;    // per payload frame
   size_t max_string_bytes = 64u << 20;    // any one string field
 };
+
+// Whether the header of `body` may be as large as max_header_bytes (assign and
+// the profile command carry a model file, an ack a report); all others are
+// control messages.
+bool header_may_be_large(const Body& body);
 
 // Serializes the body into a FlatBuffers header frame. Throws
 // std::invalid_argument when the message is not valid (the same semantic rules

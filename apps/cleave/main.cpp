@@ -1,12 +1,18 @@
 // cleave: the coordinator CLI. Thin: every command lives in cmd_*.cpp over the libraries.
+#include <csignal>
 #include <cstdio>
 #include <exception>
 #include <string>
 
 #include "apps/cleave/commands.h"
 #include "device/cpu/openmp_policy.h"
+#include "transport/allow_watch.h"
 
 namespace {
+
+// SIGHUP: every coordinator re-reads its allow-list (revoking removed keys)
+// within 0.1 s; the handler only bumps a counter the endpoints poll.
+void on_sighup(int) { cleave::transport::request_allow_list_reload(); }
 
 // "cleave: error: WHAT\nRun `cleave SUB --help` for the flags.\n", naming the
 // subcommand that was being parsed.
@@ -28,6 +34,7 @@ std::string usage_error(const CLI::App& root, const char* what) {
 
 int main(int argc, char** argv) {
   cleave::prefer_passive_openmp(argv);
+  std::signal(SIGHUP, on_sighup);
   CLI::App app{"cleave: train one neural network across several small devices"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "cleave 0.1.0");

@@ -23,7 +23,8 @@ void on_signal(int) { g_stop = true; }
 }  // namespace
 
 // Exit status: 0 after serving; 2 for a bad command line (CLI11's parse errors
-// and the checks below, printed with the usage hint); 1 when serving fails.
+// and the checks below, printed with the usage hint) and when --connect-timeout
+// passes without an authenticated connection; 1 when serving fails.
 int main(int argc, char** argv) {
   cleave::prefer_passive_openmp(argv);
   CLI::App app{"cleaved: the cleave device daemon — hosts a range of layers and trains them with its neighbours"};
@@ -45,6 +46,11 @@ int main(int argc, char** argv) {
       ->check(cleave::flag_checks::positive());
   app.add_option("--coordinator-timeout", o.coordinator_timeout_ms, "Abandon a job after this many ms of coordinator silence")
       ->capture_default_str()->check(cleave::flag_checks::positive());
+  double connect_timeout_s = 0;
+  app.add_option("--connect-timeout", connect_timeout_s,
+                 "Exit with status 2 when no authenticated connection to the coordinator is made within SECONDS "
+                 "(default: keep trying, backing off after refused handshakes)")
+      ->check(CLI::PositiveNumber);
   app.add_flag("--insecure", o.insecure, "Plain TCP without CURVE (logs a warning; for debugging only)");
   app.add_flag("-v,--verbose", verbose, "Log more");
   // Client data (cleave fed, cleave split): the daemon trains on its own shard and never sends a sample.
@@ -92,6 +98,7 @@ int main(int argc, char** argv) {
       }
     };
     for_flag("--partition", [&] { cleave::parse_shard_scheme(o.fed.partition); });
+    o.connect_timeout_ms = static_cast<int>(connect_timeout_s * 1000);
     if (!memory_limit.empty()) for_flag("--memory-limit", [&] { o.memory_limit = cleave::parse_bytes(memory_limit); });
     if (!bandwidth_limit.empty())
       for_flag("--bandwidth-limit", [&] { o.bandwidth_limit = cleave::transport::parse_bandwidth(bandwidth_limit); });

@@ -404,3 +404,113 @@ TEST_CASE("insecure endpoints talk plain TCP and log a warning", "[transport][se
   empty.keys = k.server;
   CHECK_THROWS_WITH(ServerEndpoint(empty), Catch::Contains("empty allow-list"));
 }
+
+TEST_CASE("a client pinned to the wrong server key backs off instead of retrying every 100 ms",
+          "[transport][security]") {
+  LogCapture logs;
+  Keys k;
+  ServerEndpoint server(server_options(k));
+  ClientOptions o = client_options(server, k.good);
+  o.server_public_key = generate_keypair().public_key;  // impostor's key
+  o.auth_backoff_initial_ms = 400;                      // waits 400, 800, 1600 ms ...
+  ClientEndpoint client(o);
+  const auto t0 = std::chrono::steady_clock::now();
+  while (std::chrono::steady_clock::now() - t0 < 2000ms) (void)client.receive(100ms);
+  // libzmq alone would have tried ~15 times; the back-off allows attempts at 0, 0.4, 1.2 s.
+  CHECK(client.failed_handshakes() >= 2);
+  CHECK(client.failed_handshakes() <= 4);
+  CHECK(client.last_handshake_failure().find("wrong server key") != std::string::npos);
+  size_t retry_lines = 0, server_lines = 0;
+  {
+    std::lock_guard lock(logs.mutex);
+    for (const auto& l : logs.lines) {
+      retry_lines += l.find("retrying in") != std::string::npos;
+      server_lines += l.find("refused a connection") != std::string::npos;
+    }
+  }
+  CHECK(retry_lines == client.failed_handshakes());  // one line per back-off step
+  CHECK(server_lines == 1);                          // the rest are counted, logged with the next report
+  CHECK(server.stats().handshakes_failed >= 2);
+}
+
+TEST_CASE("a control message over 1 MiB is refused by kind and the endpoint keeps serving",
+          "[transport][security]") {
+  LogCapture logs;
+  Keys k;
+  ServerOptions so = server_options(k);
+  so.tuning.limits = DecodeLimits{};  // model-file sized headers allowed, for assign only
+  ServerEndpoint server(so);
+  ClientOptions co = client_options(server, k.good);
+  co.tuning.limits = DecodeLimits{};
+  ClientEndpoint client(co);
+  RegisterMsg r;
+  r.device_name = "good";
+  r.details_json = "\"" + std::string(2u << 20, 'x') + "\"";
+  REQUIRE(client.send(message_of(r)).ok());
+  REQUIRE(client.send(heartbeat(2)).ok());
+  auto first = server.receive(5000ms);
+  REQUIRE(first.is(FailureKind::kRejected));
+  CHECK(first.failure().message.find("exceeds the limit of 1048576 bytes for control messages") != std::string::npos);
+  CHECK(first.failure().peer == "good");
+  auto second = server.receive(5000ms);
+  REQUIRE(second.ok());
+  CHECK(std::holds_alternative<HeartbeatMsg>(second.value().message.body));
+  CHECK(server.stats().messages_rejected == 1);
+}
+
+TEST_CASE("payload_limits keeps the header caps and sets the frame cap from the payload", "[transport]") {
+  const DecodeLimits l = payload_limits(size_t{512} << 20);
+  CHECK(l.max_control_bytes == (1u << 20));
+  CHECK(l.max_payload_bytes >= (size_t{512} << 20));
+  CHECK(l.max_payload_bytes < (size_t{545} << 20));
+  CHECK(transport_frame_cap(l) < (int64_t{1090} << 20));  // far below the 2 GiB of the defaults
+  CHECK(transport_frame_cap(payload_limits(1u << 20)) == int64_t{2} * DecodeLimits{}.max_header_bytes);
+}
+
+TEST_CASE("replacing the allow-list revokes a key: event, connection shut down, reconnect and queued messages refused",
+          "[transport][security]") {
+  LogCapture logs;
+  Keys k;
+  ServerOptions so = server_options(k);
+  so.allow.add("intruder-but-listed", k.intruder.public_key);
+  ServerEndpoint server(so);
+  ClientOptions co = client_options(server, k.good);
+  co.auth_backoff_initial_ms = 100;
+  ClientEndpoint good(co);
+  ClientEndpoint other(client_options(server, k.intruder));
+  REQUIRE(good.send(heartbeat(1)).ok());
+  REQUIRE(other.send(heartbeat(1)).ok());
+  for (int i = 0; i < 2; ++i) REQUIRE(server.receive(5000ms).ok());
+  (void)server.take_peer_events();
+  // Queued before the revocation: must not be accepted after it.
+  for (uint64_t i = 2; i < 6; ++i) REQUIRE(good.send(heartbeat(i)).ok());
+  std::this_thread::sleep_for(200ms);
+
+  AllowList reduced;
+  reduced.add("intruder-but-listed", k.intruder.public_key);
+  CHECK(server.replace_allow_list(reduced) == std::vector<std::string>{"good"});
+  const auto events = server.take_peer_events();
+  REQUIRE(events.size() == 1);
+  CHECK(events[0].kind == PeerEvent::Kind::kRevoked);
+  CHECK(events[0].peer == "good");
+  CHECK(server.stats().revoked_connections == 1);
+  CHECK(logs.contains("key of good revoked"));
+  // Whatever was still queued from good is refused; other's traffic is served.
+  REQUIRE(other.send(heartbeat(7)).ok());
+  bool other_served = false;
+  for (int i = 0; i < 8 && !other_served; ++i) {
+    auto r = server.receive(300ms);
+    if (r.ok()) {
+      CHECK(r.value().peer != "good");
+      other_served = r.value().peer == "intruder-but-listed";
+    }
+  }
+  CHECK(other_served);
+  // good reconnects and is refused by ZAP.
+  CHECK(eventually([&] {
+    (void)good.receive(50ms);
+    return good.failed_handshakes() > 0;
+  }));
+  CHECK(good.last_handshake_failure().find("refused this client's key") != std::string::npos);
+  CHECK(server.stats().zap_denied >= 1);
+}

@@ -195,7 +195,9 @@ void FedDriver::load_start_weights() {
 }
 
 void FedDriver::listen() {
-  session_ = std::make_unique<Session>(session_options("cleave fed", opts_));
+  // Nothing a peer sends this job may be larger than its biggest state block or batch tensor.
+  session_ = std::make_unique<Session>(session_options(
+      "cleave fed", opts_, job_payload_cap(spec_, cfg_.optimizer.kind, cfg_.optimizer.momentum, cfg_.batch)));
   // Rounds count from 1 in logs and JSON alike (0 on the wire).
   session_->pool().context = [this] { return " (round " + std::to_string(current_round_ + 1) + ")"; };
   if (cfg_.progress)

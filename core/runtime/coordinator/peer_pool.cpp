@@ -39,6 +39,7 @@ void PeerPool::check_health() {
   if (!monitoring_) return;
   for (const PeerEvent& e : server_.take_peer_events())
     if (e.kind == PeerEvent::Kind::kDisconnected) mark_dead(e.peer, "disconnected");
+    else if (e.kind == PeerEvent::Kind::kRevoked) mark_dead(e.peer, "key revoked");
   if (Clock::now() - last_heartbeat_ > Millis(300)) {
     last_heartbeat_ = Clock::now();
     HeartbeatMsg hb;

@@ -28,7 +28,9 @@ using namespace transport;
 
 nlohmann::json Driver::run() {
   load_inputs();
-  session_ = std::make_unique<Session>(session_options("cleave", opts_));
+  // Nothing a peer sends this job may be larger than its biggest state block or batch tensor.
+  session_ = std::make_unique<Session>(session_options(
+      "cleave", opts_, job_payload_cap(spec_, cfg_.optimizer.kind, cfg_.optimizer.momentum, cfg_.batch)));
   if (cfg_.progress)
     std::fprintf(stderr, "cleave: listening on %s, waiting for %d device(s)\n", session_->server().endpoint().c_str(),
                  opts_.devices);

@@ -1,10 +1,12 @@
 // session.cpp: see session.h.
 #include "core/runtime/coordinator/session.h"
 
+#include <algorithm>
 #include <chrono>
 #include <stdexcept>
 
 #include "core/io/untrusted_json.h"
+#include "core/planner/profile.h"
 #include "transport/keys.h"
 
 namespace cleave {
@@ -14,14 +16,28 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
+size_t job_payload_cap(const ModelSpec& spec, const std::string& optimizer_kind, double momentum, int64_t batch) {
+  const ModelProfile profile = profile_model(spec, optimizer_kind, momentum);
+  int64_t state = 0, widest = profile.input_bytes_per_sample;
+  for (const LayerProfile& l : profile.layers) {
+    state += l.param_bytes + l.optimizer_state_bytes;
+    widest = std::max(widest, l.out_act_bytes);
+  }
+  const int64_t tensor = std::max<int64_t>(batch, 1) * widest;
+  return static_cast<size_t>(std::max(state, tensor));
+}
+
 Session::Session(SessionOptions options) : options_(std::move(options)) {
   ServerOptions so;
   so.bind = options_.listen;
   so.insecure = options_.insecure;
   so.label = options_.who == "cleave" ? "cleave coordinator" : options_.who;
+  so.tuning.limits = payload_limits(options_.max_payload_bytes ? options_.max_payload_bytes
+                                                                 : kDefaultCoordinatorPayloadBytes);
   if (!options_.insecure) {
     so.keys = load_secret_key(options_.key_path);
     so.allow = AllowList::load(options_.allow_path);
+    so.allow_path = options_.allow_path;  // watched: revocation without a restart
   }
   server_ = std::make_unique<ServerEndpoint>(so);
   pool_ = std::make_unique<PeerPool>(*server_, options_.who, options_.peer_timeout_ms, options_.interrupted);

@@ -8,6 +8,15 @@
 // daemons it needs, and releases the daemons at the end — and on any error,
 // so that a failed run never leaves a daemon serving a dead job. A driver
 // holds only what is particular to its job kind.
+//
+// What the coordinator receives is capped by kind (transport/message.h
+// DecodeLimits): headers are control messages (<= 1 MiB) and payload frames
+// at most SessionOptions::max_payload_bytes, which becomes ZMQ_MAXMSGSIZE
+// before the socket binds, so a bigger frame is refused before it is
+// buffered. A driver sets it from its job (job_payload_cap). The allow-list
+// is watched: removing a key file (or replacing it, then SIGHUP: `cleave`
+// calls transport::request_allow_list_reload) revokes that key within about a
+// second, and the pool marks the peer dead with reason "key revoked".
 #pragma once
 
 #include <functional>
@@ -24,6 +33,8 @@
 
 namespace cleave {
 
+struct ModelSpec;
+
 struct SessionOptions {
   std::string who;         // log and progress prefix: "cleave", "cleave fed", "cleave split"
   std::string listen;      // ZeroMQ endpoint to bind, e.g. tcp://*:7000
@@ -31,23 +42,40 @@ struct SessionOptions {
   std::string allow_path;  // directory of admitted .pub files (or one file)
   bool insecure = false;
   int peer_timeout_ms = 5000;
+  // Largest payload frame accepted (bytes); 0: kDefaultCoordinatorPayloadBytes.
+  size_t max_payload_bytes = 0;
   std::function<bool()> interrupted;                     // polled; true stops the run
   std::function<void(const std::string&)> on_listening;  // called with the bound endpoint
 };
 
 // The session part of a driver's own options: any options struct with the
 // fields above of the same names (FedOptions, SplitOptions, ClusterOptions).
+// `max_payload_bytes`: the job's cap (job_payload_cap), 0 for the default.
 template <typename DriverOptions>
-SessionOptions session_options(std::string who, const DriverOptions& o) {
+SessionOptions session_options(std::string who, const DriverOptions& o, size_t max_payload_bytes = 0) {
   return SessionOptions{.who = std::move(who),
                         .listen = o.listen,
                         .key_path = o.key_path,
                         .allow_path = o.allow_path,
                         .insecure = o.insecure,
                         .peer_timeout_ms = o.peer_timeout_ms,
+                        .max_payload_bytes = max_payload_bytes,
                         .interrupted = o.interrupted,
                         .on_listening = o.on_listening};
 }
+
+// The payload cap of a coordinator whose driver does not give its job's:
+// generous for the models cleave trains, and far below what would let one
+// peer exhaust the coordinator's memory.
+inline constexpr size_t kDefaultCoordinatorPayloadBytes = size_t{256} << 20;
+
+// The largest payload frame a coordinator of this job receives: a stage's
+// state with every parameter of the model and its optimizer state (the
+// largest stage there can be: params x (1 + optimizer states) floats, which
+// also covers federated weights), or a float32 batch tensor of `batch` samples
+// at the widest layer boundary — whichever is larger. Pass it to
+// session_options.
+size_t job_payload_cap(const ModelSpec& spec, const std::string& optimizer_kind, double momentum, int64_t batch);
 
 // One registration seen by Session::register_until.
 struct Registration {

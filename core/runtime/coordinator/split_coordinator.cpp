@@ -235,7 +235,9 @@ void SplitDriver::prepare() {
 }
 
 void SplitDriver::listen() {
-  session_ = std::make_unique<Session>(session_options("cleave split", opts_));
+  // Nothing a peer sends this job may be larger than its biggest state block or batch tensor.
+  session_ = std::make_unique<Session>(session_options(
+      "cleave split", opts_, job_payload_cap(spec_, cfg_.optimizer.kind, cfg_.optimizer.momentum, cfg_.batch)));
   session_->pool().context = [this] { return " (" + phase_ + ")"; };
   if (cfg_.progress)
     std::fprintf(stderr, "cleave split: listening on %s, waiting for %d client(s) and a server\n",

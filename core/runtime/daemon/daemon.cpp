@@ -26,6 +26,20 @@ void info(const std::string& name, const std::string& text) {
   log(LogLevel::kInfo, "cleaved " + name + ": " + text);
 }
 
+// Why no connection to the coordinator was made, and what to do (connect_timeout_ms passed).
+std::string no_coordinator_message(const DaemonOptions& opts, const ClientEndpoint& client) {
+  const std::string within = " within " + std::to_string(opts.connect_timeout_ms / 1000.0).substr(0, 4) + " s";
+  const std::string why = client.last_handshake_failure();
+  if (why.empty())
+    return "no connection to the coordinator at " + opts.coordinator + within +
+           ": is it running and listening there (cleave ... --listen)?";
+  return "authentication with the coordinator at " + opts.coordinator + " failed" + within + " (" +
+         std::to_string(client.failed_handshakes()) + " attempts): " + why +
+         ". Check that --coordinator-key is the coordinator's public key (the .pub written next to the key "
+         "it was started with; a wrong coordinator key looks like this) and that this device's .pub is in "
+         "the coordinator's allow directory";
+}
+
 // Runs the job an assignment starts, whatever its kind, in the one job loop.
 JobEnd run_job(const JobContext& ctx, FedClient* fed, const AssignMsg& a, uint64_t rid) {
   const std::string& name = ctx.options.name;
@@ -114,8 +128,17 @@ int run_daemon(const DaemonOptions& opts_in, const std::atomic<bool>& stop) {
   DaemonServices services(ctx);
   int jobs_done = 0;
   auto last_register = Clock::now() - std::chrono::seconds(10);
+  const auto dialled = Clock::now();
+  bool ever_connected = false;
   while (!stop && (opts.max_jobs < 0 || jobs_done < opts.max_jobs)) {
-    if (Clock::now() - last_register > std::chrono::seconds(1)) {
+    const bool connected = client.connected();
+    ever_connected = ever_connected || connected;
+    if (!ever_connected && opts.connect_timeout_ms > 0 && Clock::now() - dialled > Millis(opts.connect_timeout_ms)) {
+      log(LogLevel::kError, "cleaved " + opts.name + ": " + no_coordinator_message(opts, client) + "; exiting");
+      return kExitNoCoordinator;
+    }
+    // Registrations go out on an authenticated connection only (none pile up while it backs off).
+    if (connected && Clock::now() - last_register > std::chrono::seconds(1)) {
       channel.send(register_message());
       last_register = Clock::now();
     }

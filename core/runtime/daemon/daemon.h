@@ -7,6 +7,11 @@
 // finish (send the trace, drop the stage). A bad job, a dead peer or a dead
 // coordinator ends that job with an error sent (when possible) and logged; the
 // daemon then registers again and waits for the next job.
+//
+// Until the coordinator completes a CURVE handshake the daemon only dials:
+// a refused key or a wrong --coordinator-key makes the endpoint back off
+// (1 s doubling to 30 s, one log line per step, transport/endpoint.h), and
+// with connect_timeout_ms the daemon gives up with kExitNoCoordinator.
 #pragma once
 
 #include <atomic>
@@ -30,8 +35,13 @@ struct DaemonOptions {
   bool insecure = false;           // plain TCP (a warning is logged)
   int max_jobs = -1;               // exit after this many jobs (-1: serve forever)
   int coordinator_timeout_ms = 10000;  // a job is abandoned after this much silence
+  int connect_timeout_ms = 0;      // give up when not connected this long after start (0: keep trying)
   FedClientOptions fed;            // federated client data (--dataset/--shard); empty: none (fed_client.h)
 };
+
+// Exit code when no authenticated connection to the coordinator was made
+// within connect_timeout_ms.
+inline constexpr int kExitNoCoordinator = 2;
 
 // Runs until `stop` becomes true, a shutdown control arrives, or max_jobs jobs
 // ran. Returns the process exit code. Throws std::runtime_error only for bad

@@ -4,6 +4,7 @@
 #include "core/runtime/daemon/tensor_mailbox.h"
 
 #include <cstdio>
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <stdexcept>
@@ -43,7 +44,15 @@ struct StageJob {
   TensorMailbox early;  // link tensors that arrived ahead of their turn
   int64_t steps = 0;
   size_t estimated_bytes = 0;  // what the memory model said the stage needs
+  DecodeLimits link_limits;    // what the stage links accept: the job's largest activation
 };
+
+// Caps of both stage links: a whole batch (the micro-batches are smaller) of
+// the activation at either cut of layers [begin, end), in float32.
+DecodeLimits stage_link_limits(const ModelSpec& spec, const AssignMsg& a, int64_t batch) {
+  const int64_t widest = std::max(numel(spec.shapes.at(a.layer_begin)), numel(spec.shapes.at(a.layer_end)));
+  return payload_limits(static_cast<size_t>(std::max<int64_t>(batch, 1) * widest) * sizeof(float));
+}
 
 // Where a running stage's tensors come from and go to: the coordinator's
 // mailbox (inputs, labels) and the links to the neighbouring stages. Every
@@ -195,8 +204,10 @@ std::unique_ptr<StageJob> build_stage(const JobContext& ctx, const AssignMsg& a)
   j->stage = std::make_unique<Stage>(ctx.device, j->spec, a.layer_begin, a.layer_end, a.stage, a.num_stages, ocfg);
   j->stage->partition().init(j->seed);
   j->stage->partition().zero_grad();
+  j->link_limits = stage_link_limits(j->spec, a, pj.batch);
   if (a.prev) {
     ServerOptions sopts;
+    sopts.tuning.limits = j->link_limits;
     sopts.bind = opts.peer_bind;
     sopts.keys = ctx.keys;
     sopts.insecure = opts.insecure;
@@ -283,6 +294,7 @@ class PipelineStage {
       lo.server_public_key = job.assign.next->public_key;
       lo.insecure = opts.insecure;
       lo.label = "cleaved " + opts.name + " -> next";
+      lo.tuning.limits = job.link_limits;
       job.next = dial_tensor_link(lo, job.assign.link_encoding);
       if (opts.bandwidth_limit > 0) job.next = throttle_link(std::move(job.next), opts.bandwidth_limit);
     }
