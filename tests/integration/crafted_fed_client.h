@@ -25,20 +25,6 @@
 
 namespace cleave::testing {
 
-// A TCP port on 127.0.0.1 that was free a moment ago.
-inline int free_loopback_port() {
-  const int s = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = 0;
-  socklen_t len = sizeof a;
-  const bool ok = s >= 0 && bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
-                  getsockname(s, reinterpret_cast<sockaddr*>(&a), &len) == 0;
-  if (s >= 0) close(s);
-  return ok ? ntohs(a.sin_port) : 0;
-}
-
 struct CraftedBehaviour {
   std::string details_json;   // what it registers with
   int64_t claimed_samples = 1;  // the sample_count of every update and its metrics

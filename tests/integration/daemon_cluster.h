@@ -3,7 +3,10 @@
 // need Fashion-MNIST skip without it: CLEAVE_SKIP_UNLESS_FASHION_MNIST (tests/skip.h).
 #pragma once
 
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/types.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -16,6 +19,20 @@
 #include "transport/keys.h"
 
 namespace cleave::testing {
+
+// A TCP port on 127.0.0.1 that was free a moment ago.
+inline int free_loopback_port() {
+  const int s = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = 0;
+  socklen_t len = sizeof a;
+  const bool ok = s >= 0 && bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
+                  getsockname(s, reinterpret_cast<sockaddr*>(&a), &len) == 0;
+  if (s >= 0) close(s);
+  return ok ? ntohs(a.sin_port) : 0;
+}
 
 class DaemonCluster {
  public:

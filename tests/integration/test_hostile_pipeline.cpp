@@ -4,8 +4,6 @@
 // are refused, counted and change nothing (pipeline and federated runs).
 #include <catch2/catch.hpp>
 
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -42,24 +40,6 @@ TrainConfig mlp_config(int64_t limit_train, int batch) {
   c.threads = 1;
   c.progress = false;
   return c;
-}
-
-// A loopback TCP port nobody listens on now.
-int free_port() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = 0;
-  socklen_t len = sizeof a;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
-      getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
-    close(fd);
-    return 0;
-  }
-  const int port = ntohs(a.sin_port);
-  close(fd);
-  return port;
 }
 
 bool wait_for_log(const DaemonCluster& c, int i, const std::string& text, std::chrono::seconds within) {
@@ -123,7 +103,7 @@ TEST_CASE("a pipeline whose stage link is reset three times ends with a message 
   CLEAVE_SKIP_UNLESS_FASHION_MNIST();
   if (geteuid() != 0) CLEAVE_SKIP("resetting TCP connections with ss -K needs root");
   if (std::system("ss -V > /dev/null 2>&1") != 0) CLEAVE_SKIP("ss (iproute2) is not installed");
-  const int port = free_port();
+  const int port = cleave::testing::free_loopback_port();
   REQUIRE(port > 0);
   DaemonCluster cluster(2);
   ClusterOptions cl = cluster.options(2);
