@@ -39,6 +39,7 @@ void add_train_command(CLI::App& root) {
       ->capture_default_str()->check(CLI::IsMember({"auto", "balance"}));
   cmd->callback([flags, local, cluster]() {
     finish_train_flags(*flags);
+    require_writable("--trace", cluster->trace_path);
     nlohmann::json result;
     if (*local) {
       result = train_local(flags->config);

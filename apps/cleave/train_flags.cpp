@@ -63,14 +63,16 @@ void finish_train_flags(TrainFlags& f) {
   }
   // Where the run will write, checked before any work is done: an unwritable
   // --save found after training would lose the whole run.
-  for (const auto& [flag, path] : {std::pair<const char*, const std::string&>{"--save", f.config.save_path},
-                                   std::pair<const char*, const std::string&>{"--json", f.json_path}}) {
-    if (path.empty()) continue;
-    try {
-      check_writable(path);
-    } catch (const std::exception& e) {
-      throw UsageError(std::string(flag) + " cannot be written: " + e.what() + ": give a path in a writable directory");
-    }
+  require_writable("--save", f.config.save_path);
+  require_writable("--json", f.json_path);
+}
+
+void require_writable(const char* flag, const std::string& path) {
+  if (path.empty()) return;
+  try {
+    check_writable(path);
+  } catch (const std::exception& e) {
+    throw UsageError(std::string(flag) + " cannot be written: " + e.what() + ": give a path in a writable directory");
   }
 }
 

@@ -28,6 +28,8 @@ void add_train_flags(CLI::App& cmd, TrainFlags& flags);
 // Applies defaults that depend on other flags (AdamW's weight decay) and
 // validates; throws UsageError.
 void finish_train_flags(TrainFlags& flags);
+// Throws UsageError (exit 2) when `flag`'s `path` cannot be written; "" is fine.
+void require_writable(const char* flag, const std::string& path);
 // Writes a command's result `doc` to `path` (core/io/json_file.h: pretty,
 // atomic); "" does nothing. Throws CliError naming the file.
 void write_result_json(const std::string& path, const nlohmann::json& doc);

@@ -340,7 +340,7 @@ TEST_CASE("cleaved refuses bad flags with status 2, and a daemon that cannot sta
   require_exit(r, kExitFailure, {"/nonexistent/dev.key"});
 }
 
-TEST_CASE("an unwritable --save or --json is refused before any work, and nothing is left behind", "[cli]") {
+TEST_CASE("an unwritable --save, --json or --trace is refused before any work, and nothing is left behind", "[cli]") {
   TempDir dir;
   const std::string base = "train --local --model '" + kMlp + "' --epochs 1 --limit-train 64 --limit-test 64 --no-progress";
   // /proc takes no new files, even from root; a directory is not a file.
@@ -353,6 +353,8 @@ TEST_CASE("an unwritable --save or --json is refused before any work, and nothin
                       {"--save cannot be written"});
   require_usage_error("train --model '" + kMlp + "' --devices 2 --insecure --save /proc/cleave-pipe.ckpt",
                       {"--save cannot be written"});
+  require_usage_error("train --model '" + kMlp + "' --devices 2 --insecure --trace /proc/cleave-trace.json",
+                      {"--trace cannot be written"});
   CHECK(fs::is_empty(dir.str()));  // the probe's temporary file is gone again
   // A writable path is still fine, and the check leaves no file where none was.
   const RunResult ok = run_cleave(base + " --max-steps 1 --save '" + dir.file("ok.ckpt") + "'");
