@@ -40,8 +40,30 @@ std::string no_coordinator_message(const DaemonOptions& opts, const ClientEndpoi
          "the coordinator's allow directory";
 }
 
+void emit(const DaemonOptions& opts, DaemonEvent::Kind kind, const std::string& job = {}) {
+  if (!opts.on_event) return;
+  DaemonEvent e;
+  e.kind = kind;
+  e.job = job;
+  opts.on_event(e);
+}
+
+// Logs why no connection was made within connect_timeout_ms, tells the embedder, and returns the exit code.
+int give_up_unconnected(const DaemonOptions& opts, const ClientEndpoint& client) {
+  const std::string why = no_coordinator_message(opts, client);
+  log(LogLevel::kError, "cleaved " + opts.name + ": " + why + "; exiting");
+  if (opts.on_event) {
+    DaemonEvent e;
+    e.kind = DaemonEvent::Kind::no_coordinator;
+    e.refused_key = client.failed_handshakes() > 0;
+    e.message = why;
+    opts.on_event(e);
+  }
+  return kExitNoCoordinator;
+}
+
 // Runs the job an assignment starts, whatever its kind, in the one job loop.
-JobEnd run_job(const JobContext& ctx, FedClient* fed, const AssignMsg& a, uint64_t rid) {
+JobEnd dispatch_job(const JobContext& ctx, FedClient* fed, const AssignMsg& a, uint64_t rid) {
   const std::string& name = ctx.options.name;
   if (const auto* split = std::get_if<SplitJob>(&a.job)) {  // split_job.h
     const bool client_role = split->role == SplitRole::kClient;
@@ -58,9 +80,27 @@ JobEnd run_job(const JobContext& ctx, FedClient* fed, const AssignMsg& a, uint64
                                      "with --dataset and --shard i/N", rid));
       return JobEnd::refused;
     }
-    return fed->run(ctx.channel, ctx.device, a, rid, name, ctx.options.coordinator_timeout_ms, ctx.stop);
+    FedRoundHook on_round;
+    if (ctx.options.on_event) on_round = [&ctx](int64_t round, double loss) {
+      DaemonEvent e;
+      e.kind = DaemonEvent::Kind::progress;
+      e.job = "fed";
+      e.step = round;
+      e.loss = loss;
+      ctx.options.on_event(e);
+    };
+    return fed->run(ctx.channel, ctx.device, a, rid, name, ctx.options.coordinator_timeout_ms, ctx.stop, on_round);
   }
   return run_pipeline_stage(ctx, a, rid);  // pipeline_job.h
+}
+
+// dispatch_job, with job_started / job_ended told to whoever embeds the daemon.
+JobEnd run_job(const JobContext& ctx, FedClient* fed, const AssignMsg& a, uint64_t rid) {
+  const char* kind = std::holds_alternative<SplitJob>(a.job) ? "split" : std::holds_alternative<FedJob>(a.job) ? "fed" : "stage";
+  emit(ctx.options, DaemonEvent::Kind::job_started, kind);
+  const JobEnd end = dispatch_job(ctx, fed, a, rid);
+  emit(ctx.options, DaemonEvent::Kind::job_ended, kind);
+  return end;
 }
 
 }  // namespace
@@ -70,8 +110,10 @@ int run_daemon(const DaemonOptions& opts_in, const std::atomic<bool>& stop) {
   KeyPair keys;
   std::string coordinator_key;
   if (!opts.insecure) {
-    keys = load_secret_key(opts.key_path);
-    coordinator_key = load_public_key(opts.coordinator_key_path);
+    keys = opts.secret_key_z85.empty() ? load_secret_key(opts.key_path)
+                                       : KeyPair{public_key_of(opts.secret_key_z85), opts.secret_key_z85};
+    coordinator_key = opts.coordinator_key_z85.empty() ? load_public_key(opts.coordinator_key_path)
+                                                       : opts.coordinator_key_z85;
   }
   if (opts.name.empty()) opts.name = std::filesystem::path(opts.key_path).stem().string();
   if (opts.name.empty()) throw std::runtime_error("cleaved: give the device a --name");
@@ -132,17 +174,17 @@ int run_daemon(const DaemonOptions& opts_in, const std::atomic<bool>& stop) {
   bool ever_connected = false;
   while (!stop && (opts.max_jobs < 0 || jobs_done < opts.max_jobs)) {
     const bool connected = client.connected();
+    if (connected && !ever_connected) emit(opts, DaemonEvent::Kind::connected);
     ever_connected = ever_connected || connected;
-    if (!ever_connected && opts.connect_timeout_ms > 0 && Clock::now() - dialled > Millis(opts.connect_timeout_ms)) {
-      log(LogLevel::kError, "cleaved " + opts.name + ": " + no_coordinator_message(opts, client) + "; exiting");
-      return kExitNoCoordinator;
-    }
+    if (!ever_connected && opts.connect_timeout_ms > 0 && Clock::now() - dialled > Millis(opts.connect_timeout_ms))
+      return give_up_unconnected(opts, client);
     // Registrations go out on an authenticated connection only (none pile up while it backs off).
     if (connected && Clock::now() - last_register > std::chrono::seconds(1)) {
       channel.send(register_message());
       last_register = Clock::now();
     }
     channel.poll(Millis(100));
+    if (opts.release_requested && opts.release_requested()) device->release_cached_memory();
     while (auto cmd = channel.pop_command()) {
       const uint64_t rid = cmd->request_id;
       if (auto* a = std::get_if<AssignMsg>(&cmd->body)) {

@@ -16,11 +16,31 @@
 
 #include <atomic>
 #include <cstddef>
+#include <cstdint>
+#include <functional>
 #include <string>
 
 #include "core/runtime/daemon/fed_client.h"
 
 namespace cleave {
+
+// What a daemon tells the program that embeds it (the SDK's progress and
+// status, include/cleave/cleave.h). Delivered on the daemon's own thread.
+struct DaemonEvent {
+  enum class Kind {
+    connected,       // the first authenticated connection to the coordinator
+    job_started,     // an assignment was accepted: `job` says which kind
+    progress,        // a federated round trained: `step` = round, `loss` = mean local loss
+    job_ended,       // the job ended (finished, abandoned or shut down)
+    no_coordinator,  // connect_timeout_ms passed unconnected: `message` says why; the daemon exits
+  };
+  Kind kind = Kind::connected;
+  std::string job;           // "stage" | "fed" | "split"
+  int64_t step = -1;
+  double loss = 0;
+  bool refused_key = false;  // no_coordinator: handshakes were made and failed (a key problem)
+  std::string message;
+};
 
 struct DaemonOptions {
   std::string coordinator;         // tcp://HOST:PORT
@@ -37,6 +57,13 @@ struct DaemonOptions {
   int coordinator_timeout_ms = 10000;  // a job is abandoned after this much silence
   int connect_timeout_ms = 0;      // give up when not connected this long after start (0: keep trying)
   FedClientOptions fed;            // federated client data (--dataset/--shard); empty: none (fed_client.h)
+  // An embedding app's keys as Z85 text, used instead of key_path /
+  // coordinator_key_path when set (the SDK; cleaved reads files).
+  std::string secret_key_z85;
+  std::string coordinator_key_z85;
+  std::function<void(const DaemonEvent&)> on_event;  // empty: nobody listens
+  // Polled between jobs (every ~100 ms): true releases the device's cached memory now.
+  std::function<bool()> release_requested;
 };
 
 // Exit code when no authenticated connection to the coordinator was made
@@ -45,7 +72,7 @@ inline constexpr int kExitNoCoordinator = 2;
 
 // Runs until `stop` becomes true, a shutdown control arrives, or max_jobs jobs
 // ran. Returns the process exit code. Throws std::runtime_error only for bad
-// start-up input (keys, backend), before serving.
+// start-up input (keys, backend, a client's data), before serving.
 int run_daemon(const DaemonOptions& options, const std::atomic<bool>& stop);
 
 }  // namespace cleave

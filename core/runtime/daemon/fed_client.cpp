@@ -64,6 +64,11 @@ FedClient::FedClient(FedClientOptions options) : options_(std::move(options)) {
                                 std::to_string(options_.num_shards) + " is out of range");
   if (!options_.poison.empty() && options_.poison != "nan" && options_.poison != "inf" && options_.poison != "shape")
     throw std::invalid_argument("--poison must be nan, inf or shape, got '" + options_.poison + "'");
+  if (options_.supplied) {
+    check_dataset(*options_.supplied);
+    data_ = *options_.supplied;
+    return;
+  }
   Dataset all = load_dataset(options_.dataset, options_.dataset_dir, /*train=*/true, options_.limit);
   data_ = subset(all, shard_indices(all, options_.shard, options_.num_shards, options_.partition, options_.seed));
 }
@@ -72,7 +77,7 @@ nlohmann::json FedClient::register_details() const {
   return {{"fed_client", true},
           {"samples", data_.size()},
           {"shard", std::to_string(options_.shard) + "/" + std::to_string(options_.num_shards)},
-          {"partition", options_.partition},
+          {"partition", options_.supplied ? "app" : options_.partition},
           {"dataset", data_.name}};
 }
 
@@ -84,9 +89,9 @@ using Clock = std::chrono::steady_clock;
 class FedClientJob {
  public:
   FedClientJob(JobChannel& channel, Device& device, const Dataset& data, const FedClientOptions& options,
-         const std::string& name, int timeout_ms, const std::atomic<bool>& stop)
+         const std::string& name, int timeout_ms, const std::atomic<bool>& stop, const FedRoundHook& on_round)
       : channel_(channel), device_(device), data_(data), options_(options), name_(name), timeout_ms_(timeout_ms),
-        stop_(stop) {}
+        stop_(stop), on_round_(on_round) {}
 
   // Builds the model; throws with a message for the coordinator when it cannot.
   void setup(const AssignMsg& assign) {
@@ -211,6 +216,7 @@ class FedClientJob {
     mm.local_steps = steps;
     send(message_of(mm, rid));
     ++rounds_done_;
+    if (on_round_) on_round_(r, samples ? loss_sum / static_cast<double>(samples) : 0.0);
     log(LogLevel::kInfo, "cleaved " + name_ + ": round " + std::to_string(r + 1) + ": " + std::to_string(samples) +
                              " samples, local loss " + std::to_string(samples ? loss_sum / static_cast<double>(samples) : 0.0));
   }
@@ -226,6 +232,7 @@ class FedClientJob {
   std::string name_;
   int timeout_ms_;
   const std::atomic<bool>& stop_;
+  const FedRoundHook& on_round_;
   ModelSpec spec_;
   transport::FedJob job_;
   OptimizerConfig ocfg_;
@@ -237,8 +244,9 @@ class FedClientJob {
 }  // namespace
 
 JobEnd FedClient::run(JobChannel& channel, Device& device, const AssignMsg& assign, uint64_t assign_request_id,
-                         const std::string& name, int coordinator_timeout_ms, const std::atomic<bool>& stop) {
-  FedClientJob job(channel, device, data_, options_, name, coordinator_timeout_ms, stop);
+                         const std::string& name, int coordinator_timeout_ms, const std::atomic<bool>& stop,
+                         const FedRoundHook& on_round) {
+  FedClientJob job(channel, device, data_, options_, name, coordinator_timeout_ms, stop, on_round);
   try {
     job.setup(assign);
   } catch (const std::exception& e) {

@@ -16,6 +16,8 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -38,9 +40,18 @@ struct FedClientOptions {
   uint64_t seed = 1;             // partition seed: every client of a run must use the same
   int64_t limit = -1;            // use only the first N samples of the training split before sharding
   std::string poison;            // test hook: "" | nan | inf | shape (corrupts every update sent)
+  // Data an embedding app supplies (the SDK fills it from the app's callbacks,
+  // include/cleave/cleave.h): this client's shard itself, already in memory.
+  // When set, `dataset`, `dataset_dir`, `partition` and `limit` are unused;
+  // shard / num_shards are what the app says it holds ("i/N" in the register
+  // details). A split client then has no test split to evaluate on.
+  std::shared_ptr<const Dataset> supplied;
 
-  bool enabled() const { return !dataset.empty(); }
+  bool enabled() const { return !dataset.empty() || supplied != nullptr; }
 };
+
+// Called after each federated round a client trained: (round, mean local loss).
+using FedRoundHook = std::function<void(int64_t round, double loss)>;
 
 // Parses "i/N" (0 <= i < N) into shard and num_shards; throws std::invalid_argument
 // naming the problem ("--shard 4/4: shard index must be below 4").
@@ -56,7 +67,8 @@ void add_proximal_term(Device& device, const Tensor& grads, const Tensor& params
 
 class FedClient {
  public:
-  // Loads the training split and keeps shard `options.shard`. Throws
+  // Loads the training split and keeps shard `options.shard` (or takes
+  // `options.supplied` as it is, after check_dataset). Throws
   // std::runtime_error / std::invalid_argument for bad data, shard or partition.
   explicit FedClient(FedClientOptions options);
 
@@ -73,7 +85,7 @@ class FedClient {
   // job goes on with the next round.
   JobEnd run(JobChannel& channel, Device& device, const transport::AssignMsg& assign,
                 uint64_t assign_request_id, const std::string& name, int coordinator_timeout_ms,
-                const std::atomic<bool>& stop);
+                const std::atomic<bool>& stop, const FedRoundHook& on_round = {});
 
  private:
   FedClientOptions options_;

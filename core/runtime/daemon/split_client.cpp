@@ -77,9 +77,10 @@ class SplitClient {
       tail_->zero_grad();
       tail_opt_ = std::make_unique<Optimizer>(ctx_.device, ocfg, tail_->param_count());
     }
-    // The test split, cut into the same shards as the training split.
+    // The test split, cut into the same shards as the training split (an app's
+    // supplied data has none).
     const int64_t limit_test = job.limit_test;
-    try {
+    if (!data_.supplied) try {
       Dataset all = load_dataset(data_.dataset, data_.dataset_dir, /*train=*/false, limit_test);
       test_ = subset(all, shard_indices(all, data_.shard, data_.num_shards, data_.partition, data_.seed));
     } catch (const std::exception& e) {

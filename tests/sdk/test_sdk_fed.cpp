@@ -1,0 +1,191 @@
+// test_sdk_fed.cpp: an app joins a real federated run through the SDK (issue
+// 14). A `cleave fed` coordinator process trains the MLP with two clients: an
+// ordinary `cleaved` on shard 0/2 of Fashion-MNIST and this test process, an
+// SDK client whose data callback serves shard 1/2 (loaded here with
+// core/data). The run completes, the SDK client registered as a federated
+// client with its samples and shard, reported every round through the progress
+// callback, and the final global weights equal those of the same run with two
+// `cleaved` clients (1e-6 relative): the SDK path is the same algorithm.
+#include <catch2/catch.hpp>
+
+#include <sys/wait.h>
+
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cleave/cleave.h"
+#include "core/data/dataset.h"
+#include "core/data/shard.h"
+#include "core/train/train_checkpoint.h"
+#include "integration/daemon_cluster.h"
+#include "skip.h"
+
+namespace {
+
+using cleave::testing::DaemonCluster;
+using namespace std::chrono_literals;
+
+constexpr int64_t kLimit = 1200;  // training samples sharded over the two clients
+constexpr int kRounds = 2;
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+// cleaved's data flags for shard i of 2.
+std::vector<std::string> client_flags(int shard) {
+  return {"--dataset", "fashion-mnist", "--shard", std::to_string(shard) + "/2", "--seed", "11",
+          "--limit-train", std::to_string(kLimit)};
+}
+
+// A `cleave fed` process over the cluster's keys; returns once it listens.
+struct FedRun {
+  FedRun(const DaemonCluster& cluster, const std::string& tag) : log(cluster.dir() + "/" + tag + ".log") {
+    save = cluster.dir() + "/" + tag + ".ckpt";
+    json = cluster.dir() + "/" + tag + ".json";
+    pid = cleave::spawn({std::string(CLEAVE_BINARY_DIR) + "/apps/cleave/cleave", "fed", "--model",
+                         std::string(CLEAVE_SOURCE_DIR) + "/models/mlp.json", "--dataset", "fashion-mnist",
+                         "--clients", "2", "--min-clients", "2", "--rounds", std::to_string(kRounds), "--batch", "32",
+                         "--seed", "5", "--limit-test", "500", "--threads", "1", "--key", cluster.coordinator_key(),
+                         "--allow", cluster.allow(), "--listen", "tcp://127.0.0.1:*", "--register-timeout", "60000",
+                         "--json", json, "--save", save, "--shutdown-clients"},
+                        log);
+    for (int i = 0; i < 300 && read_text(log).find("listening on ") == std::string::npos; ++i)
+      std::this_thread::sleep_for(100ms);
+    const std::string text = read_text(log);
+    const size_t at = text.find("listening on ");
+    REQUIRE(at != std::string::npos);
+    endpoint = text.substr(at + 13, text.find(',', at + 13) - at - 13);
+  }
+  // The coordinator's exit status (waits up to two minutes).
+  int wait() {
+    for (int i = 0; i < 1200; ++i) {
+      int status = 0;
+      if (waitpid(pid, &status, WNOHANG) == pid) {
+        pid = -1;
+        return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+      }
+      std::this_thread::sleep_for(100ms);
+    }
+    return -1;
+  }
+  ~FedRun() {
+    if (pid > 0) cleave::terminate(pid, 2000);
+  }
+  std::string log, save, json, endpoint;
+  pid_t pid = -1;
+};
+
+// What the SDK client's callbacks see.
+struct App {
+  cleave::Dataset shard;
+  std::mutex mutex;
+  std::vector<int64_t> rounds;
+  std::vector<double> losses;
+  int fills = 0;
+};
+
+int64_t fill(void* user, const int64_t* indices, int64_t count, float* inputs, float* labels) {
+  auto* app = static_cast<App*>(user);
+  const int64_t per = app->shard.sample_numel();
+  for (int64_t k = 0; k < count; ++k) {
+    const int64_t i = indices[k];
+    if (i < 0 || i >= app->shard.size()) return -1;
+    std::copy_n(app->shard.x.data() + i * per, per, inputs + k * per);
+    labels[k] = app->shard.y[static_cast<size_t>(i)];
+  }
+  ++app->fills;
+  return count;
+}
+
+void on_progress(void* user, const cleave_progress* p) {
+  auto* app = static_cast<App*>(user);
+  if (p->event != CLEAVE_EVENT_ROUND) return;
+  std::lock_guard<std::mutex> lock(app->mutex);
+  app->rounds.push_back(p->step);
+  app->losses.push_back(p->loss);
+}
+
+}  // namespace
+
+TEST_CASE("SDK: an app serving its shard from callbacks joins a cleave fed run and matches two cleaved clients",
+          "[sdk][integration][fed]") {
+  CLEAVE_SKIP_UNLESS_FASHION_MNIST();
+  DaemonCluster cluster(2);
+
+  // The reference: two ordinary cleaved clients.
+  FedRun reference(cluster, "reference");
+  cluster.start(1, reference.endpoint, client_flags(0));
+  cluster.start(2, reference.endpoint, client_flags(1));
+  const int reference_code = reference.wait();
+  INFO(read_text(reference.log) << cluster.log(1) << cluster.log(2));
+  REQUIRE(reference_code == 0);
+  cluster.stop();
+
+  // The same run with dev2 an SDK client in this process.
+  App app;
+  const cleave::Dataset all = cleave::load_fashion_mnist("", /*train=*/true, kLimit);
+  app.shard = cleave::subset(all, cleave::shard_indices(all, 1, 2, "iid", 11));
+  FedRun run(cluster, "sdk");
+  cluster.start(1, run.endpoint, client_flags(0));
+  cleave_options* o = nullptr;
+  REQUIRE(cleave_options_create(&o) == CLEAVE_OK);
+  REQUIRE(cleave_options_set_coordinator(o, run.endpoint.c_str()) == CLEAVE_OK);
+  REQUIRE(cleave_options_set_key_files(o, (cluster.dir() + "/dev2.key").c_str(),
+                                       (cluster.dir() + "/coordinator.pub").c_str()) == CLEAVE_OK);
+  REQUIRE(cleave_options_set_backend(o, "cpu", 1) == CLEAVE_OK);
+  REQUIRE(cleave_options_set_role(o, CLEAVE_ROLE_FED_CLIENT) == CLEAVE_OK);
+  REQUIRE(cleave_options_set_connect_timeout(o, 30000) == CLEAVE_OK);
+  const int64_t shape[] = {1, 28, 28};
+  REQUIRE(cleave_options_set_data(o, app.shard.size(), shape, 3, 10, "1/2", fill, &app) == CLEAVE_OK);
+  REQUIRE(cleave_options_set_progress_callback(o, on_progress, &app) == CLEAVE_OK);
+  cleave_client* c = nullptr;
+  REQUIRE(cleave_client_create(o, &c) == CLEAVE_OK);
+  cleave_options_destroy(o);
+  REQUIRE(cleave_client_start(c) == CLEAVE_OK);
+  const cleave_status s = cleave_client_wait(c, 120000);
+  INFO("SDK client: " << cleave_last_error());
+  const int code = run.wait();
+  INFO(read_text(run.log) << cluster.log(1));
+  CHECK(s == CLEAVE_OK);  // released by --shutdown-clients
+  REQUIRE(code == 0);
+  cleave_client_info info{};
+  REQUIRE(cleave_client_get_status(c, &info) == CLEAVE_OK);
+  CHECK(info.state == CLEAVE_STATE_ENDED);
+  CHECK(info.jobs_done == 1);
+  CHECK(info.step == kRounds - 1);
+  CHECK(cleave_client_destroy(c) == CLEAVE_OK);
+
+  CHECK(app.fills == (app.shard.size() + 255) / 256);
+  REQUIRE(app.rounds == std::vector<int64_t>{0, 1});
+  for (double loss : app.losses) CHECK(std::isfinite(loss));
+  CHECK(app.losses[1] < 2.3);  // below chance (ln 10) after a round
+
+  // It registered as a federated client with its samples and shard.
+  const nlohmann::json result = nlohmann::json::parse(read_text(run.json));
+  bool found = false;
+  for (const auto& d : result["devices"]) {
+    if (d["name"] != "dev2") continue;
+    found = true;
+    CHECK(d["details"]["fed_client"] == true);
+    CHECK(d["details"]["samples"] == app.shard.size());
+    CHECK(d["details"]["shard"] == "1/2");
+  }
+  CHECK(found);
+
+  // Same shards, same seed: the same global weights as two cleaved clients.
+  const cleave::FedState want = cleave::load_fed_state(reference.save), got = cleave::load_fed_state(run.save);
+  REQUIRE(got.rounds_done == kRounds);
+  REQUIRE(got.params.size() == want.params.size());
+  double worst = 0;
+  for (size_t i = 0; i < got.params.size(); ++i)
+    worst = std::max(worst, std::abs(double(got.params[i]) - want.params[i]) / std::max(1e-3, std::abs(double(want.params[i]))));
+  INFO("largest relative difference " << worst);
+  CHECK(worst <= 1e-6);
+}
