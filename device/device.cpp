@@ -32,6 +32,26 @@ std::string ascii_lower(std::string s) {
   return s;
 }
 
+namespace {
+[[noreturn]] void not_implemented(const Device& d, const char* op) {
+  throw std::runtime_error(std::string(backend_name(d.backend())) + ": " + op +
+                           " is not implemented on this backend yet (the transformer layers run on the cpu backend)");
+}
+}  // namespace
+
+void Device::embedding_forward(const Tensor&, const Tensor&, const Tensor&, int64_t, int64_t, int64_t) {
+  not_implemented(*this, "embedding_forward");
+}
+void Device::embedding_backward(const Tensor&, const Tensor&, const Tensor&, int64_t, int64_t, int64_t) {
+  not_implemented(*this, "embedding_backward");
+}
+void Device::causal_softmax_forward(const Tensor&, const Tensor&, int64_t, int64_t, float) {
+  not_implemented(*this, "causal_softmax_forward");
+}
+void Device::causal_softmax_backward(const Tensor&, const Tensor&, const Tensor&, int64_t, int64_t, float) {
+  not_implemented(*this, "causal_softmax_backward");
+}
+
 std::string mib_text(size_t bytes) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.1f", static_cast<double>(bytes) / (1024.0 * 1024.0));

@@ -34,7 +34,9 @@ struct MemoryInfo {
   size_t free = 0;   // bytes currently free
 };
 
-enum class Activation { relu, gelu, tanh };
+// gelu: the exact erf form (PyTorch nn.GELU()); gelu_tanh: the tanh approximation
+// (nn.GELU(approximate='tanh'), GPT-2 and llm.c), CPU only so far.
+enum class Activation { relu, gelu, tanh, gelu_tanh };
 
 // Geometry of a 2-D convolution or pooling window over NCHW input.
 struct Window2d {
@@ -175,6 +177,24 @@ class Device {
                          const Tensor& v, const AdamStep& s) = 0;
   // Sum of squares of t (for gradient-norm reporting and clipping).
   virtual float sum_squares(const Tensor& t) = 0;
+
+  // --- transformer ops -------------------------------------------------------------------
+  // The CPU implements these; elsewhere the defaults (device.cpp) throw
+  // std::runtime_error "... is not implemented on this backend yet".
+  // y (rows, width) row r = table (vocab, width) row ids[r]; ids (rows) hold token
+  // indices as floats (an index outside [0, vocab) or not an integer throws).
+  virtual void embedding_forward(const Tensor& ids, const Tensor& table, const Tensor& y, int64_t rows,
+                                 int64_t vocab, int64_t width);
+  // dtable (vocab, width) row ids[r] += dy (rows, width) row r.  Accumulates.
+  virtual void embedding_backward(const Tensor& ids, const Tensor& dy, const Tensor& dtable, int64_t rows,
+                                  int64_t vocab, int64_t width);
+  // n matrices (t, t): probs[i][j] = exp(scale s[i][j]) / sum_{k <= i} exp(scale s[i][k]) for
+  // j <= i, and 0 for j > i (causal attention weights). scores above the diagonal are not read.
+  virtual void causal_softmax_forward(const Tensor& scores, const Tensor& probs, int64_t n, int64_t t, float scale);
+  // dscores = scale * probs * (dprobs - sum_j probs dprobs) row by row, 0 above the
+  // diagonal (overwrites dscores; may not alias dprobs).
+  virtual void causal_softmax_backward(const Tensor& probs, const Tensor& dprobs, const Tensor& dscores, int64_t n,
+                                       int64_t t, float scale);
 };
 
 // Thrown by Device::allocate when memory (or the configured limit) runs out.

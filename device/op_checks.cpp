@@ -70,7 +70,8 @@ struct Checker {
     switch (act) {
       case Activation::relu:
       case Activation::gelu:
-      case Activation::tanh: return;
+      case Activation::tanh:
+      case Activation::gelu_tanh: return;
     }
     fail("unknown activation " + std::to_string(static_cast<int>(act)));
   }
@@ -182,7 +183,8 @@ void check_activation_backward(const Device& dev, Activation act, const Tensor& 
       else
         ck.same(y, y.defined() ? "y (x being undefined)" : "x (or y)", n);
       return;
-    case Activation::gelu: ck.same(x, "x", n); return;
+    case Activation::gelu:
+    case Activation::gelu_tanh: ck.same(x, "x", n); return;
     case Activation::tanh: ck.same(y, "y", n); return;
   }
 }
@@ -310,6 +312,25 @@ void check_avgpool_backward(const Device& dev, const Tensor& dy, const Tensor& d
 
 // ---------------------------------------------------------------------------------------------
 // layer norm
+
+void check_embedding(const Device& dev, const char* op, const Tensor& ids, const Tensor& table, const Tensor& rows_t,
+                     int64_t rows, int64_t vocab, int64_t width) {
+  const Checker ck{dev, op};
+  ck.dims({rows, vocab, width});
+  ck.positive(vocab, "vocab");
+  ck.at_least(ids, "ids", rows);
+  ck.at_least(table, "table", vocab * width);
+  ck.at_least(rows_t, "rows", rows * width);
+}
+
+void check_causal_softmax(const Device& dev, const char* op, const Tensor& a, const Tensor& b, const Tensor& c,
+                          int64_t n, int64_t t) {
+  const Checker ck{dev, op};
+  ck.dims({n, t});
+  ck.at_least(a, "probs or scores", n * t * t);
+  ck.at_least(b, "probs or dprobs", n * t * t);
+  if (c.defined()) ck.at_least(c, "dscores", n * t * t);
+}
 
 void check_layernorm_forward(const Device& dev, const Tensor& x, const Tensor& gamma, const Tensor& beta,
                              const Tensor& y, const Tensor& mean, const Tensor& rstd, int64_t rows, int64_t cols) {

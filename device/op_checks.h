@@ -74,6 +74,12 @@ void check_avgpool_forward(const Device& dev, const Tensor& x, const Tensor& y, 
 void check_avgpool_backward(const Device& dev, const Tensor& dy, const Tensor& dx, const Window2d& g);
 
 // --- layer norm --------------------------------------------------------------------
+// embedding_forward (rows_t = y) and embedding_backward (rows_t = dy, table = dtable).
+void check_embedding(const Device& dev, const char* op, const Tensor& ids, const Tensor& table, const Tensor& rows_t,
+                     int64_t rows, int64_t vocab, int64_t width);
+// causal_softmax_forward (scores, probs, undefined) and _backward (probs, dprobs, dscores).
+void check_causal_softmax(const Device& dev, const char* op, const Tensor& a, const Tensor& b, const Tensor& c,
+                          int64_t n, int64_t t);
 void check_layernorm_forward(const Device& dev, const Tensor& x, const Tensor& gamma, const Tensor& beta,
                              const Tensor& y, const Tensor& mean, const Tensor& rstd, int64_t rows, int64_t cols);
 void check_layernorm_backward(const Device& dev, const Tensor& x, const Tensor& gamma, const Tensor& mean,

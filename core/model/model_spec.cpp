@@ -97,9 +97,10 @@ ModelSpec ModelSpec::parse(const json& doc, const std::string& source) {
       throw spec_error(source, "layer " + std::to_string(i) + " (" + type + "): " + e.what());
     }
   }
-  if (spec.loss == LossKind::cross_entropy && spec.output().size() != 1)
-    throw spec_error(source, "loss cross_entropy needs a per-sample output of rank 1 (classes), got " +
-                                 shape_str(spec.output()) + " (add a flatten and a linear layer)");
+  if (spec.loss == LossKind::cross_entropy && spec.output().size() != 1 && spec.output().size() != 2)
+    throw spec_error(source, "loss cross_entropy needs a per-sample output of rank 1 (classes), or 2 (positions, "
+                             "classes) for a sequence, got " + shape_str(spec.output()) +
+                                 " (add a flatten and a linear layer)");
   return spec;
 }
 

@@ -1,5 +1,6 @@
-// activation.cpp: elementwise activations relu, gelu (exact, erf form) and tanh,
-// on any per-sample shape. Backward uses x (relu, gelu) or y (tanh), both of
+// activation.cpp: elementwise activations relu, gelu (exact, erf form, or with
+// "approximate": "tanh" GPT-2's tanh form, PyTorch's nn.GELU(approximate='tanh'))
+// and tanh, on any per-sample shape. Backward uses x (relu, gelu) or y (tanh), both of
 // which the partition keeps, so nothing is saved in the context.
 #include <stdexcept>
 
@@ -17,16 +18,22 @@ class ActivationLayer final : public Layer {
   std::string type() const override {
     switch (act_) {
       case Activation::relu: return "relu";
-      case Activation::gelu: return "gelu";
+      case Activation::gelu:
+      case Activation::gelu_tanh: return "gelu";
       case Activation::tanh: return "tanh";
     }
     return "?";
   }
-  nlohmann::json to_json() const override { return {{"type", type()}}; }
+  // The exact gelu writes no "approximate", as it did before the field existed.
+  nlohmann::json to_json() const override {
+    nlohmann::json j = {{"type", type()}};
+    if (act_ == Activation::gelu_tanh) j["approximate"] = "tanh";
+    return j;
+  }
   Shape output_shape(const Shape& in) const override { return in; }
   int64_t flops_per_sample(const Shape& in) const override {
     // relu: one compare; tanh: one transcendental; gelu 0.5*x*(1+erf(x/sqrt 2)): 5 ops
-    return numel(in) * (act_ == Activation::gelu ? 5 : 1);
+    return numel(in) * (act_ == Activation::gelu || act_ == Activation::gelu_tanh ? 5 : 1);
   }
 
   void forward(const Tensor& x, const Tensor& y, LayerContext&, bool) override {
@@ -61,7 +68,10 @@ std::unique_ptr<Layer> make_relu(const nlohmann::json& spec, const Shape& in) {
   return make_activation(Activation::relu, spec, in);
 }
 std::unique_ptr<Layer> make_gelu(const nlohmann::json& spec, const Shape& in) {
-  return make_activation(Activation::gelu, spec, in);
+  SpecFields f(spec);
+  const std::string approximate = f.choice("approximate", "none", {"none", "tanh"});
+  f.reject_unknown();
+  return std::make_unique<ActivationLayer>(approximate == "tanh" ? Activation::gelu_tanh : Activation::gelu, in);
 }
 std::unique_ptr<Layer> make_tanh(const nlohmann::json& spec, const Shape& in) {
   return make_activation(Activation::tanh, spec, in);

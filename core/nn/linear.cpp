@@ -1,7 +1,9 @@
 // linear.cpp: fully connected layer, y = x W^T + b (PyTorch nn.Linear).
 //
-// Input must be rank 1 per sample (batch, in); W (out, in), b (out), both views
-// into the partition's parameter block. Nothing is saved for backward beyond x.
+// Input is rank 1 per sample (batch, in), or rank 2 (batch, positions, in) for a
+// layer applied at every position (a GPT's vocabulary projection), which is the
+// rank-1 case on batch * positions rows. W (out, in), b (out), both views into
+// the partition's parameter block. Nothing is saved for backward beyond x.
 #include <cmath>
 #include <stdexcept>
 
@@ -15,19 +17,20 @@ namespace {
 class Linear final : public Layer {
  public:
   Linear(const Shape& in, int64_t out_features, bool bias)
-      : in_(in), in_features_(in.at(0)), out_features_(out_features), bias_(bias) {}
+      : in_(in), positions_(in.size() == 2 ? in[0] : 1), in_features_(in.back()), out_features_(out_features),
+        bias_(bias) {}
 
+  static void check_rank(const Shape& in);
   std::string type() const override { return "linear"; }
   nlohmann::json to_json() const override {
     return {{"type", "linear"}, {"in_features", in_features_}, {"out_features", out_features_}, {"bias", bias_}};
   }
   Shape output_shape(const Shape& in) const override {
-    if (in.size() != 1)
-      throw std::invalid_argument("linear needs a rank-1 input per sample, got " + shape_str(in) +
-                                  " (add a flatten layer before it)");
-    if (in[0] != in_features_)
+    check_rank(in);
+    if (in.back() != in_features_)
       throw std::invalid_argument("field 'in_features': layer has " + std::to_string(in_features_) +
-                                  " but its input has " + std::to_string(in[0]) + " features");
+                                  " but its input has " + std::to_string(in.back()) + " features");
+    if (in.size() == 2) return {in[0], out_features_};
     return {out_features_};
   }
   int64_t param_count() const override { return out_features_ * in_features_ + (bias_ ? out_features_ : 0); }
@@ -51,19 +54,20 @@ class Linear final : public Layer {
     for (float& v : out) v = rng.uniform(-bound, bound);
   }
   // The CPU's per-thread bias-gradient partials (bias_grad_rows), at most one row per sample.
-  int64_t workspace_floats_per_sample(const Shape&) const override { return bias_ ? out_features_ : 0; }
+  int64_t workspace_floats_per_sample(const Shape&) const override { return bias_ ? positions_ * out_features_ : 0; }
   int64_t workspace_bytes(const Shape&, int64_t batch, Backend backend) const override {
-    return bias_ ? static_cast<int64_t>(bias_grad_rows_workspace_bytes(backend, batch, out_features_)) : 0;
+    return bias_ ? static_cast<int64_t>(bias_grad_rows_workspace_bytes(backend, batch * positions_, out_features_))
+                 : 0;
   }
   int64_t flops_per_sample(const Shape&) const override {
-    return 2 * in_features_ * out_features_ + (bias_ ? out_features_ : 0);
+    return positions_ * (2 * in_features_ * out_features_ + (bias_ ? out_features_ : 0));
   }
 
   void forward(const Tensor& x, const Tensor& y, LayerContext&, bool) override {
     check_batch_shape("linear input", x, in_);
-    const int64_t n = x.dim(0);
-    check_batch_shape("linear output", y, {out_features_});
-    if (y.dim(0) != n) throw std::invalid_argument("linear: output batch differs from input batch");
+    const int64_t n = x.dim(0) * positions_;
+    check_batch_shape("linear output", y, output_shape(in_));
+    if (y.dim(0) != x.dim(0)) throw std::invalid_argument("linear: output batch differs from input batch");
     Device& d = x.device();
     // y (n, out) = x (n, in) * W^T (in, out)
     d.gemm(false, true, n, out_features_, in_features_, 1.0f, x, in_features_, w_, in_features_, 0.0f, y,
@@ -73,8 +77,8 @@ class Linear final : public Layer {
 
   void backward(const Tensor& x, const Tensor&, const Tensor& dy, const Tensor* dx, LayerContext&) override {
     check_batch_shape("linear input", x, in_);
-    const int64_t n = x.dim(0);
-    check_batch_shape("linear output gradient", dy, {out_features_});
+    const int64_t n = x.dim(0) * positions_;
+    check_batch_shape("linear output gradient", dy, output_shape(in_));
     Device& d = x.device();
     // dW (out, in) += dy^T (out, n) * x (n, in)
     d.gemm(true, false, out_features_, in_features_, n, 1.0f, dy, out_features_, x, in_features_, 1.0f, dw_,
@@ -90,12 +94,18 @@ class Linear final : public Layer {
 
  private:
   Shape in_;
-  int64_t in_features_, out_features_;
+  int64_t positions_, in_features_, out_features_;
   bool bias_;
   Tensor w_, b_, dw_, db_;  // w (out, in), b (out)
 };
 
 }  // namespace
+
+void Linear::check_rank(const Shape& in) {
+  if (in.size() != 1 && in.size() != 2)
+    throw std::invalid_argument("linear needs a rank-1 input per sample (or rank 2: positions, features), got " +
+                                shape_str(in) + " (add a flatten layer before it)");
+}
 
 std::unique_ptr<Layer> make_linear(const nlohmann::json& spec, const Shape& in) {
   SpecFields f(spec);
@@ -103,14 +113,12 @@ std::unique_ptr<Layer> make_linear(const nlohmann::json& spec, const Shape& in) 
   const bool bias = f.boolean("bias", true);
   const int64_t in_features = f.integer("in_features", 1, -1);
   f.reject_unknown();
-  if (in.size() != 1)
-    throw std::invalid_argument("linear needs a rank-1 input per sample, got " + shape_str(in) +
-                                " (add a flatten layer before it)");
-  if (in_features != -1 && in_features != in[0])
+  Linear::check_rank(in);
+  if (in_features != -1 && in_features != in.back())
     throw std::invalid_argument("field 'in_features': " + std::to_string(in_features) + " does not match the input's " +
-                                std::to_string(in[0]) + " features");
-  check_elements("linear weight (" + std::to_string(out_features) + ", " + std::to_string(in[0]) + ")",
-                 {out_features, in[0]});
+                                std::to_string(in.back()) + " features");
+  check_elements("linear weight (" + std::to_string(out_features) + ", " + std::to_string(in.back()) + ")",
+                 {out_features, in.back()});
   return std::make_unique<Linear>(in, out_features, bias);
 }
 

@@ -12,8 +12,11 @@ namespace cleave {
 
 namespace {
 
+// A sequence output (rows, positions, classes) under cross-entropy is scored at
+// every position: positions > 1, and the device ops see rows * positions rows.
 struct Dims {
   int64_t rows, cols;
+  int64_t positions = 1;
 };
 
 Dims check_shapes(LossKind kind, const Tensor& output, const Tensor& targets, const Tensor* doutput) {
@@ -22,9 +25,15 @@ Dims check_shapes(LossKind kind, const Tensor& output, const Tensor& targets, co
     throw std::invalid_argument(std::string(name) + ": output must be (rows, ...) with rows >= 1, got " +
                                 (output.defined() ? shape_str(output.shape()) : std::string("an undefined tensor")));
   const int64_t rows = output.dim(0);
-  const Dims dims{rows, output.numel() / rows};
+  Dims dims{rows, output.numel() / rows};
   if (!targets.defined()) throw std::invalid_argument(std::string(name) + ": targets are undefined");
-  if (kind == LossKind::cross_entropy) {
+  if (kind == LossKind::cross_entropy && output.rank() == 3) {
+    dims = Dims{rows, output.dim(2), output.dim(1)};
+    if (targets.rank() != 2 || targets.dim(0) != rows || targets.dim(1) != dims.positions)
+      throw std::invalid_argument("cross_entropy: targets must be (" + std::to_string(rows) + ", " +
+                                  std::to_string(dims.positions) + ") class indices for output " +
+                                  shape_str(output.shape()) + ", got " + shape_str(targets.shape()));
+  } else if (kind == LossKind::cross_entropy) {
     if (targets.rank() < 1 || targets.dim(0) != rows || targets.numel() != rows)
       throw std::invalid_argument("cross_entropy: targets must be (" + std::to_string(rows) +
                                   ") class indices for output " + shape_str(output.shape()) + ", got " +
@@ -62,17 +71,22 @@ double host_sum(const Tensor& t) {
 LossResult run(Device& device, LossKind kind, const Tensor& output, const Tensor& targets, const Tensor& doutput,
                float grad_scale, Dims dims) {
   LossResult result;
-  Tensor per_row(device, {dims.rows});  // (rows)
+  // A sample's loss is the mean over its positions (one position unless a sequence).
+  const int64_t rows = dims.rows * dims.positions;
+  const double per_position = 1.0 / static_cast<double>(dims.positions);
+  Tensor per_row(device, {rows});  // (rows)
   if (kind == LossKind::cross_entropy) {
     check_labels(targets, dims.cols);
-    device.softmax_xent(output, targets, per_row, doutput, dims.rows, dims.cols, grad_scale);
-    Tensor correct(device, {dims.rows});  // (rows) 1 where argmax == label
-    device.argmax_match(output, targets, correct, dims.rows, dims.cols);
-    result.correct = static_cast<int64_t>(std::llround(host_sum(correct)));
+    device.softmax_xent(output, targets, per_row, doutput, rows, dims.cols,
+                        static_cast<float>(grad_scale * per_position));
+    Tensor correct(device, {rows});  // (rows) 1 where argmax == label
+    device.argmax_match(output, targets, correct, rows, dims.cols);
+    // correct positions / positions: a count of samples' worth, so correct / samples is an accuracy
+    result.correct = static_cast<int64_t>(std::llround(host_sum(correct) * per_position));
   } else {
-    device.mse(output, targets, per_row, doutput, dims.rows, dims.cols, grad_scale);
+    device.mse(output, targets, per_row, doutput, rows, dims.cols, grad_scale);
   }
-  result.loss_sum = host_sum(per_row);
+  result.loss_sum = host_sum(per_row) * per_position;
   return result;
 }
 
@@ -82,6 +96,11 @@ LossResult compute_loss(Device& device, LossKind kind, const Tensor& output, con
                         const Tensor& doutput, float grad_scale) {
   const Dims dims = check_shapes(kind, output, targets, &doutput);
   return run(device, kind, output, targets, doutput, grad_scale, dims);
+}
+
+Shape target_shape(LossKind kind, const Shape& output) {
+  if (kind == LossKind::mse) return output;
+  return output.size() == 2 ? Shape{output[0]} : Shape{};
 }
 
 LossResult evaluate_loss(Device& device, LossKind kind, const Tensor& output, const Tensor& targets) {

@@ -4,7 +4,11 @@
 // cols = output.numel() / rows. loss_sum is the per-row loss summed over rows, in
 // double precision on the host:
 //   cross_entropy: per-row loss = -log softmax(output row)[label]; targets (rows)
-//                  hold class indices as floats, checked on the host.
+//                  hold class indices as floats, checked on the host. A sequence
+//                  output (rows, positions, classes) takes targets (rows,
+//                  positions), and a row's loss is the mean over its positions
+//                  (a language model's nats per token); `correct` then counts
+//                  correct positions / positions, rounded.
 //   mse:           per-row loss = sum over cols of (output - target)^2; targets
 //                  have the same shape as output.
 // doutput receives the gradient of (grad_scale * loss_sum):
@@ -32,6 +36,10 @@ struct LossResult {
 // for mismatched shapes or a label that is not an integer in [0, classes).
 LossResult compute_loss(Device& device, LossKind kind, const Tensor& output, const Tensor& targets,
                         const Tensor& doutput, float grad_scale);
+
+// The per-sample shape of the targets for a per-sample output `output`: () for
+// class labels, (positions) for a sequence under cross-entropy, `output` for mse.
+Shape target_shape(LossKind kind, const Shape& output);
 
 // The same loss and accuracy without a gradient (evaluation).
 LossResult evaluate_loss(Device& device, LossKind kind, const Tensor& output, const Tensor& targets);

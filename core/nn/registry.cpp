@@ -19,11 +19,20 @@ using Factory = std::unique_ptr<Layer> (*)(const nlohmann::json&, const Shape&);
 // Sorted by name.
 const std::vector<std::pair<std::string, Factory>>& registry() {
   static const std::vector<std::pair<std::string, Factory>> table = {
-      {"avgpool2d", nn_detail::make_avgpool2d}, {"conv2d", nn_detail::make_conv2d},
-      {"dropout", nn_detail::make_dropout},     {"flatten", nn_detail::make_flatten},
-      {"gelu", nn_detail::make_gelu},           {"layernorm", nn_detail::make_layernorm},
-      {"linear", nn_detail::make_linear},       {"maxpool2d", nn_detail::make_maxpool2d},
-      {"relu", nn_detail::make_relu},           {"tanh", nn_detail::make_tanh},
+      {"avgpool2d", nn_detail::make_avgpool2d},
+      {"causal_self_attention", nn_detail::make_causal_self_attention},
+      {"conv2d", nn_detail::make_conv2d},
+      {"dropout", nn_detail::make_dropout},
+      {"embedding", nn_detail::make_embedding},
+      {"flatten", nn_detail::make_flatten},
+      {"gelu", nn_detail::make_gelu},
+      {"layernorm", nn_detail::make_layernorm},
+      {"linear", nn_detail::make_linear},
+      {"maxpool2d", nn_detail::make_maxpool2d},
+      {"position_embedding", nn_detail::make_position_embedding},
+      {"relu", nn_detail::make_relu},
+      {"tanh", nn_detail::make_tanh},
+      {"transformer_block", nn_detail::make_transformer_block},
   };
   return table;
 }

@@ -103,6 +103,20 @@ double SpecFields::number(const std::string& name, double fallback, double lo, d
   return d;
 }
 
+std::string SpecFields::choice(const std::string& name, const std::string& fallback,
+                               std::initializer_list<const char*> options) {
+  known_.insert(name);
+  if (!spec_.contains(name)) return fallback;
+  read_.insert(name);
+  const json& v = spec_.at(name);
+  std::string list;
+  for (const char* o : options) {
+    if (v.is_string() && v.get<std::string>() == o) return o;
+    list += (list.empty() ? "\"" : ", \"") + std::string(o) + "\"";
+  }
+  throw field_error(name, "expected one of " + list + ", got " + v.dump());
+}
+
 void SpecFields::reject_unknown() const {
   for (const auto& [key, value] : spec_.items()) {
     if (!read_.count(key)) {

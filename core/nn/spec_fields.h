@@ -51,6 +51,8 @@ class SpecFields {
   bool boolean(const std::string& name, bool fallback);
   // A finite number in [lo, hi) (hi_inclusive switches to [lo, hi]).
   double number(const std::string& name, double fallback, double lo, double hi, bool hi_inclusive);
+  // A string field that must be one of `options`; `fallback` when absent.
+  std::string choice(const std::string& name, const std::string& fallback, std::initializer_list<const char*> options);
   // Throws naming the first field that was never read.
   void reject_unknown() const;
 

@@ -16,8 +16,8 @@ EvalResult evaluate(Partition& model, const Dataset& data, int64_t batch) {
   const Shape in = model.input_shape();
   const int64_t in_floats = numel(in);
   const Shape out = model.output_shape();
-  const bool classify = model.spec().loss == LossKind::cross_entropy;
-  const int64_t target_floats = classify ? 1 : numel(out);
+  const Shape target = target_shape(model.spec().loss, out);  // per sample
+  const int64_t target_floats = numel(target);
   double loss_sum = 0;
   int64_t correct = 0;
   for (int64_t start = 0; start < data.size(); start += batch) {
@@ -26,9 +26,7 @@ EvalResult evaluate(Partition& model, const Dataset& data, int64_t batch) {
     xs.insert(xs.begin(), n);
     Tensor x(dev, xs);
     x.from_host(data.x.data() + start * in_floats);
-    Shape ts = classify ? Shape{n} : out;
-    if (!classify) ts.insert(ts.begin(), n);
-    Tensor t(dev, ts);
+    Tensor t(dev, batched(n, target));
     t.from_host(data.y.data() + start * target_floats);
     Tensor y = model.forward(x, /*microbatch=*/-1, /*training=*/false);
     Tensor dy(dev, y.shape());

@@ -41,9 +41,9 @@ StepResult accumulate_gradients(Partition& model, const Batch& batch, int microb
   if (microbatches < 1)
     throw std::invalid_argument("train step: micro-batches must be >= 1, got " + std::to_string(microbatches));
   const Shape in = model.input_shape();
-  const bool classify = model.spec().loss == LossKind::cross_entropy;
+  const Shape target = target_shape(model.spec().loss, model.output_shape());  // per sample
   const int64_t in_floats = numel(in);
-  const int64_t target_floats = classify ? 1 : numel(model.output_shape());
+  const int64_t target_floats = numel(target);
   if (static_cast<int64_t>(batch.x.size()) != batch.size * in_floats ||
       static_cast<int64_t>(batch.y.size()) != batch.size * target_floats)
     throw std::invalid_argument("train step: a batch of " + std::to_string(batch.size) + " holds " +
@@ -58,7 +58,7 @@ StepResult accumulate_gradients(Partition& model, const Batch& batch, int microb
     const int64_t lo = microbatch_offset(batch.size, m, mb), hi = microbatch_offset(batch.size, m, mb + 1);
     Tensor x(dev, batched(hi - lo, in));
     x.from_host(batch.x.data() + lo * in_floats);
-    Tensor t(dev, classify ? Shape{hi - lo} : batched(hi - lo, model.output_shape()));
+    Tensor t(dev, batched(hi - lo, target));
     t.from_host(batch.y.data() + lo * target_floats);
     const LossResult r =
         train_microbatch(model, x, t, mb, dropout.microbatch_seed(mb), scale, /*need_dx=*/false).loss;

@@ -56,6 +56,17 @@ inline float gelu_grad(float x) {
   const float pdf = 0.39894228040143268f * std::exp(-0.5f * x * x);
   return cdf + x * pdf;
 }
+// GPT-2's tanh approximation 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) and its derivative (llm.c).
+constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2 / pi)
+inline float gelu_tanh(float x) {
+  return 0.5f * x * (1.0f + std::tanh(kGeluScale * (x + 0.044715f * x * x * x)));
+}
+inline float gelu_tanh_grad(float x) {
+  const float u = kGeluScale * (x + 0.044715f * x * x * x);
+  const float th = std::tanh(u);
+  const float sech2 = 1.0f - th * th;
+  return 0.5f * (1.0f + th) + 0.5f * x * sech2 * kGeluScale * (1.0f + 3.0f * 0.044715f * x * x);
+}
 
 }  // namespace
 
@@ -228,6 +239,11 @@ void CpuDevice::activation_forward(Activation act, const Tensor& x, const Tensor
         for (int64_t i = b; i < e; ++i) py[i] = std::tanh(px[i]);
       });
       return;
+    case Activation::gelu_tanh:
+      run_chunks(team_size(n, 16), n, [&](int, int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) py[i] = gelu_tanh(px[i]);
+      });
+      return;
   }
   throw op_error(*this, "activation_forward", "unknown activation");
 }
@@ -262,6 +278,13 @@ void CpuDevice::activation_backward(Activation act, const Tensor& x, const Tenso
       const float* py = ptr(y);
       run_chunks(team_size(n, 1), n, [&](int, int64_t b, int64_t e) {
         for (int64_t i = b; i < e; ++i) pdx[i] = pdy[i] * (1.f - py[i] * py[i]);
+      });
+      return;
+    }
+    case Activation::gelu_tanh: {
+      const float* px = ptr(x);
+      run_chunks(team_size(n, 24), n, [&](int, int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) pdx[i] = pdy[i] * gelu_tanh_grad(px[i]);
       });
       return;
     }
@@ -636,6 +659,76 @@ void CpuDevice::softmax_xent(const Tensor& logits, const Tensor& labels, const T
         for (int64_t j = 0; j < classes; ++j) d[j] = std::exp(z[j] - mx) * inv * grad_scale;
         d[label] -= grad_scale;
       }
+    }
+  });
+}
+
+void CpuDevice::embedding_forward(const Tensor& ids, const Tensor& table, const Tensor& y, int64_t rows,
+                                  int64_t vocab, int64_t width) {
+  check_embedding(*this, "embedding_forward", ids, table, y, rows, vocab, width);
+  const float* pid = ptr(ids);
+  for (int64_t r = 0; r < rows; ++r) label_index("embedding_forward", pid[r], r, vocab);
+  const float* pt = ptr(table);
+  float* py = ptr(y);
+  run_chunks(team_size(rows, width), rows, [&](int, int64_t s, int64_t e) {
+    for (int64_t r = s; r < e; ++r)
+      std::memcpy(py + r * width, pt + static_cast<int64_t>(pid[r]) * width, static_cast<size_t>(width) * 4);
+  });
+}
+
+void CpuDevice::embedding_backward(const Tensor& ids, const Tensor& dy, const Tensor& dtable, int64_t rows,
+                                   int64_t vocab, int64_t width) {
+  check_embedding(*this, "embedding_backward", ids, dtable, dy, rows, vocab, width);
+  const float* pid = ptr(ids);
+  for (int64_t r = 0; r < rows; ++r) label_index("embedding_backward", pid[r], r, vocab);
+  const float* pdy = ptr(dy);
+  float* pdt = ptr(dtable);
+  // Split by column so that no two threads add into the same table element.
+  run_chunks(team_size(width, rows), width, [&](int, int64_t s, int64_t e) {
+    for (int64_t r = 0; r < rows; ++r) {
+      float* dst = pdt + static_cast<int64_t>(pid[r]) * width;
+      const float* src = pdy + r * width;
+      for (int64_t j = s; j < e; ++j) dst[j] += src[j];
+    }
+  });
+}
+
+void CpuDevice::causal_softmax_forward(const Tensor& scores, const Tensor& probs, int64_t n, int64_t t, float scale) {
+  check_causal_softmax(*this, "causal_softmax_forward", scores, probs, Tensor(), n, t);
+  const float* ps = ptr(scores);
+  float* pp = ptr(probs);
+  run_chunks(team_size(n * t, t * 4), n * t, [&](int, int64_t s, int64_t e) {
+    for (int64_t r = s; r < e; ++r) {
+      const int64_t i = r % t;  // query position: keys 0..i are visible
+      const float* z = ps + r * t;
+      float* p = pp + r * t;
+      float mx = scale * z[0];
+      for (int64_t j = 1; j <= i; ++j) mx = std::max(mx, scale * z[j]);
+      float sum = 0.f;
+      for (int64_t j = 0; j <= i; ++j) sum += (p[j] = std::exp(scale * z[j] - mx));
+      const float inv = 1.f / sum;
+      for (int64_t j = 0; j <= i; ++j) p[j] *= inv;
+      for (int64_t j = i + 1; j < t; ++j) p[j] = 0.f;
+    }
+  });
+}
+
+void CpuDevice::causal_softmax_backward(const Tensor& probs, const Tensor& dprobs, const Tensor& dscores, int64_t n,
+                                        int64_t t, float scale) {
+  check_causal_softmax(*this, "causal_softmax_backward", probs, dprobs, dscores, n, t);
+  const float* pp = ptr(probs);
+  const float* pdp = ptr(dprobs);
+  float* pds = ptr(dscores);
+  run_chunks(team_size(n * t, t * 4), n * t, [&](int, int64_t s, int64_t e) {
+    for (int64_t r = s; r < e; ++r) {
+      const int64_t i = r % t;
+      const float* p = pp + r * t;
+      const float* dp = pdp + r * t;
+      float* ds = pds + r * t;
+      float dot = 0.f;
+      for (int64_t j = 0; j <= i; ++j) dot += p[j] * dp[j];
+      for (int64_t j = 0; j <= i; ++j) ds[j] = scale * p[j] * (dp[j] - dot);
+      for (int64_t j = i + 1; j < t; ++j) ds[j] = 0.f;
     }
   });
 }

@@ -88,6 +88,14 @@ class CpuDevice final : public Device {
                  const AdamStep& s) override;
   float sum_squares(const Tensor& t) override;
 
+  void embedding_forward(const Tensor& ids, const Tensor& table, const Tensor& y, int64_t rows, int64_t vocab,
+                         int64_t width) override;
+  void embedding_backward(const Tensor& ids, const Tensor& dy, const Tensor& dtable, int64_t rows, int64_t vocab,
+                          int64_t width) override;
+  void causal_softmax_forward(const Tensor& scores, const Tensor& probs, int64_t n, int64_t t, float scale) override;
+  void causal_softmax_backward(const Tensor& probs, const Tensor& dprobs, const Tensor& dscores, int64_t n, int64_t t,
+                               float scale) override;
+
   // Upper bounds, whatever the thread count, of the bytes of scratch these ops take
   // while they run (the memory model's workspace, device.h's *_workspace_bytes).
   static size_t conv2d_workspace_bytes(const Window2d& g, int64_t oc);

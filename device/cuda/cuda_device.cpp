@@ -238,8 +238,16 @@ void CudaDevice::mul(const Tensor& a, const Tensor& b, const Tensor& out) {
   cuda::mul(ptr(a), ptr(b), ptr(out), a.numel(), as_stream(stream_));
 }
 
+namespace {
+void refuse_gelu_tanh(Activation act) {
+  if (act == Activation::gelu_tanh)
+    throw std::runtime_error("cuda: activation gelu_tanh is not implemented on this backend yet");
+}
+}  // namespace
+
 void CudaDevice::activation_forward(Activation act, const Tensor& x, const Tensor& y) {
   check_activation_forward(*this, act, x, y);
+  refuse_gelu_tanh(act);
   bind();
   cuda::activation_forward(act, ptr(x), ptr(y), x.numel(), as_stream(stream_));
 }
@@ -247,12 +255,14 @@ void CudaDevice::activation_forward(Activation act, const Tensor& x, const Tenso
 void CudaDevice::activation_backward(Activation act, const Tensor& x, const Tensor& y, const Tensor& dy,
                                      const Tensor& dx) {
   check_activation_backward(*this, act, x, y, dy, dx);
+  refuse_gelu_tanh(act);
   const float* px = nullptr;
   const float* py = nullptr;
   switch (act) {
     case Activation::relu: px = ptr(x.defined() ? x : y); break;  // x > 0 exactly where y > 0: either will do
     case Activation::gelu: px = ptr(x); break;
     case Activation::tanh: py = ptr(y); break;
+    case Activation::gelu_tanh: break;  // refused above
   }
   const int64_t n = dy.numel();
   bind();

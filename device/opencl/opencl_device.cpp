@@ -640,8 +640,9 @@ int activation_code(Activation act) {
     case Activation::relu: return 0;
     case Activation::gelu: return 1;
     case Activation::tanh: return 2;
+    case Activation::gelu_tanh: break;
   }
-  return -1;
+  throw std::runtime_error("opencl: activation gelu_tanh is not implemented on this backend yet");
 }
 }  // namespace
 
@@ -668,6 +669,7 @@ void OpenclDevice::activation_backward(Activation act, const Tensor& x, const Te
     case Activation::tanh:
       s_->launch(K::activation_backward, n, n, code, Unused{}, y, dy, dx);
       return;
+    case Activation::gelu_tanh: return;  // activation_code has thrown
   }
 }
 

@@ -39,6 +39,10 @@ inline float act(Activation a, float x) {
     case Activation::relu: return x > 0 ? x : 0.f;
     case Activation::gelu: return static_cast<float>(0.5 * d * (1.0 + std::erf(d / std::sqrt(2.0))));
     case Activation::tanh: return static_cast<float>(std::tanh(d));
+    case Activation::gelu_tanh: {
+      const double k = std::sqrt(2.0 / 3.14159265358979323846);
+      return static_cast<float>(0.5 * d * (1.0 + std::tanh(k * (d + 0.044715 * d * d * d))));
+    }
   }
   return 0.f;
 }
@@ -52,6 +56,11 @@ inline float act_grad(Activation a, float x) {
       return static_cast<float>(0.5 * (1.0 + std::erf(d / std::sqrt(2.0))) + d * std::exp(-d * d / 2) / std::sqrt(2 * pi));
     }
     case Activation::tanh: return static_cast<float>(1.0 - std::tanh(d) * std::tanh(d));
+    case Activation::gelu_tanh: {
+      const double k = std::sqrt(2.0 / 3.14159265358979323846);
+      const double th = std::tanh(k * (d + 0.044715 * d * d * d));
+      return static_cast<float>(0.5 * (1.0 + th) + 0.5 * d * (1.0 - th * th) * k * (1.0 + 3 * 0.044715 * d * d));
+    }
   }
   return 0.f;
 }

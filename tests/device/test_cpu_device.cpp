@@ -342,7 +342,7 @@ TEST_CASE("copy, fill, axpy, scale, mul, sum_squares", "[device][elementwise]") 
 
 TEST_CASE("activations forward and backward", "[device][elementwise]") {
   for (auto& dev : devices()) {
-    for (Activation act : {Activation::relu, Activation::gelu, Activation::tanh}) {
+    for (Activation act : {Activation::relu, Activation::gelu, Activation::tanh, Activation::gelu_tanh}) {
       INFO("activation " << static_cast<int>(act));
       const size_t n = 70001;
       Vec x = random_vec(n, 31, -6.f, 6.f), dy = random_vec(n, 32);

@@ -269,8 +269,10 @@ TEST_CASE("layers round-trip through to_json and know their parameter counts", "
     CHECK(again->output_shape(c.in) == layer->output_shape(c.in));
   }
   CHECK(make_layer({{"type", "dropout"}}, {3})->to_json()["p"] == 0.5);
-  CHECK(layer_types() == std::vector<std::string>{"avgpool2d", "conv2d", "dropout", "flatten", "gelu", "layernorm",
-                                                  "linear", "maxpool2d", "relu", "tanh"});
+  CHECK(layer_types() == std::vector<std::string>{"avgpool2d", "causal_self_attention", "conv2d", "dropout",
+                                                  "embedding", "flatten", "gelu", "layernorm", "linear",
+                                                  "maxpool2d", "position_embedding", "relu", "tanh",
+                                                  "transformer_block"});
 }
 
 TEST_CASE("PyTorch default initialisation bounds", "[nn]") {

@@ -56,7 +56,13 @@ std::vector<NamedModel> models_under_test() {
     if (e.path().extension() == ".json") files.push_back(e.path().string());
   std::sort(files.begin(), files.end());
   files.push_back(std::string(CLEAVE_SOURCE_DIR) + "/tests/fixtures/tiny_model.json");
-  for (const std::string& f : files) out.push_back({f, ModelSpec::load(f)});
+  for (const std::string& f : files) {
+    ModelSpec spec = ModelSpec::load(f);
+    // Not yet: the language models (token ids as input, (batch, context) targets)
+    // need token batches here and their memory model checked (issue 16).
+    if (spec.layers.front().at("type") == "embedding") continue;
+    out.push_back({f, std::move(spec)});
+  }
   out.push_back({"every-layer", ModelSpec::parse(nlohmann::json::parse(kEveryLayer), "every-layer")});
   return out;
 }
