@@ -10,6 +10,7 @@
 #include <stdexcept>
 
 #include "core/model/partition.h"
+#include "core/nn/loss.h"
 #include "core/planner/balance.h"
 #include "core/planner/plan_report.h"
 #include "core/planner/devices_file.h"
@@ -249,9 +250,9 @@ void Driver::train() {
 void Driver::stream_batch(int64_t step, Batch batch) {
   current_step_ = step;
   step_batch_[step] = batch.size;
-  const bool classify = spec_.loss == LossKind::cross_entropy;
+  const Shape target = target_shape(spec_.loss, spec_.output());  // per sample: () class, (T) tokens, or the output
   const int64_t in_floats = numel(spec_.input);
-  const int64_t target_floats = classify ? 1 : numel(spec_.output());
+  const int64_t target_floats = numel(target);
   const int m = static_cast<int>(std::min<int64_t>(cfg_.microbatches, batch.size));
   const auto deadline = static_cast<uint32_t>(std::min<int64_t>(step_deadline().count(), UINT32_MAX));
   const Message sc = command_message(StepCmd{step, batch.size, deadline}, session_->next_request_id());
@@ -263,8 +264,7 @@ void Driver::stream_batch(int64_t step, Batch batch) {
     TensorMsg xh{TensorKind::kInput, step, mb, batched(hi - lo, spec_.input), transport::Encoding::kF32, 0.f};
     send(devices_.front().name,
          make_tensor_message(xh, xs->data() + lo * in_floats, static_cast<size_t>((hi - lo) * in_floats), xs));
-    TensorMsg yh{TensorKind::kLabels, step, mb, classify ? Shape{hi - lo} : batched(hi - lo, spec_.output()),
-                 transport::Encoding::kF32, 0.f};
+    TensorMsg yh{TensorKind::kLabels, step, mb, batched(hi - lo, target), transport::Encoding::kF32, 0.f};
     send(devices_.back().name, make_tensor_message(yh, ys->data() + lo * target_floats,
                                                    static_cast<size_t>((hi - lo) * target_floats), ys));
   }
