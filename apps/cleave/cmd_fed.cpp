@@ -51,7 +51,7 @@ void add_fed_command(CLI::App& root) {
   cmd->add_option("--init", flags->config.init_path, "Start from weights in a safetensors file (PyTorch layout)");
   cmd->callback([cmd, flags, o, mu]() {
     // Flags of `cleave train` that mean nothing here: the clients own the training data.
-    for (const char* name : {"--epochs", "--limit-train", "--max-steps", "--microbatches"})
+    for (const char* name : {"--epochs", "--limit-train", "--max-steps", "--microbatches", "--text"})
       if (cmd->get_option(name)->count() > 0)
         throw UsageError(std::string(name) + " does not apply to cleave fed: use --rounds/--local-epochs, and "
                        "give clients their data with cleaved --dataset/--shard/--limit-train");

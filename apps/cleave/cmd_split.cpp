@@ -45,7 +45,7 @@ void add_split_command(CLI::App& root) {
   cmd->add_flag("--shutdown-daemons", o->shutdown_daemons, "Tell the daemons to exit at the end");
   cmd->callback([cmd, flags, o]() {
     // Flags of `cleave train` that mean nothing here: the clients own the data.
-    for (const char* name : {"--limit-train", "--max-steps", "--microbatches", "--dataset", "--dataset-dir"})
+    for (const char* name : {"--limit-train", "--max-steps", "--microbatches", "--dataset", "--dataset-dir", "--text"})
       if (cmd->get_option(name)->count() > 0)
         throw UsageError(std::string(name) + " does not apply to cleave split: the clients own the data; give it "
                        "to them with cleaved --dataset/--dataset-dir/--shard/--limit-train");

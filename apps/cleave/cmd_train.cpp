@@ -48,8 +48,13 @@ void add_train_command(CLI::App& root) {
       result = train_pipeline(flags->config, *cluster);
     }
     write_result_json(flags->json_path, result);
-    std::printf("test_accuracy %.4f  samples/s %.1f  wall %.1f s\n", result["test_accuracy"].get<double>(),
-                result["samples_per_sec"].get<double>(), result["wall_seconds"].get<double>());
+    if (result.contains("val_loss"))
+      std::printf("val_loss %.4f  val_bits_per_byte %.4f  samples/s %.1f  wall %.1f s\n",
+                  result["val_loss"].get<double>(), result["val_bits_per_byte"].get<double>(),
+                  result["samples_per_sec"].get<double>(), result["wall_seconds"].get<double>());
+    else
+      std::printf("test_accuracy %.4f  samples/s %.1f  wall %.1f s\n", result["test_accuracy"].get<double>(),
+                  result["samples_per_sec"].get<double>(), result["wall_seconds"].get<double>());
   });
 }
 

@@ -17,8 +17,11 @@ void add_train_flags(CLI::App& cmd, TrainFlags& f) {
   TrainConfig& c = f.config;
   OptimizerConfig& o = c.optimizer;
   cmd.add_option("--model", c.model_path, "Model JSON file (e.g. models/cnn.json)")->required();
-  cmd.add_option("--dataset", c.dataset, "fashion-mnist, a CSV file, or a directory of IDX files")
-      ->capture_default_str();
+  f.dataset = cmd.add_option("--dataset", c.dataset, "fashion-mnist, a CSV file, or a directory of IDX files")
+                  ->capture_default_str();
+  f.text = cmd.add_option("--text", c.text_path,
+                          "Train a byte-level language model (models/gpt-tiny.json) on this file's bytes: the first "
+                          "90% train, the last 10% validate");
   cmd.add_option("--dataset-dir", c.dataset_dir,
                  "Where Fashion-MNIST lives (default: $CLEAVE_DATA_DIR or /usr/share/datasets/fashion-mnist)");
   cmd.add_option("--epochs", c.epochs, "Passes over the training set")->capture_default_str()->check(flag_checks::positive());
@@ -40,8 +43,10 @@ void add_train_flags(CLI::App& cmd, TrainFlags& f) {
   cmd.add_option("--warmup-steps", o.warmup_steps, "cosine schedule: linear warm-up steps")->capture_default_str();
   cmd.add_option("--min-lr", o.min_lr, "cosine schedule: final learning rate")->capture_default_str();
   cmd.add_option("--seed", c.seed, "Seed for initialisation, shuffling and dropout")->capture_default_str();
-  cmd.add_option("--limit-train", c.limit_train, "Train on the first N samples only")->check(flag_checks::positive());
-  cmd.add_option("--limit-test", c.limit_test, "Test on the first N samples only")->check(flag_checks::positive());
+  cmd.add_option("--limit-train", c.limit_train, "Train on the first N samples only (--text: N windows per epoch)")
+      ->check(flag_checks::positive());
+  cmd.add_option("--limit-test", c.limit_test, "Test on the first N samples only (--text: N validation windows)")
+      ->check(flag_checks::positive());
   cmd.add_option("--max-steps", c.max_steps, "Stop after N optimizer steps in total")->check(flag_checks::non_negative());
   cmd.add_option("--microbatches", c.microbatches, "Micro-batches per batch (gradients are accumulated)")
       ->capture_default_str()->check(flag_checks::positive());
@@ -56,6 +61,9 @@ void add_train_flags(CLI::App& cmd, TrainFlags& f) {
 void finish_train_flags(TrainFlags& f) {
   if (f.config.optimizer.kind == "adamw" && f.weight_decay->count() == 0) f.config.optimizer.weight_decay = 0.01f;
   f.config.progress = !f.no_progress;
+  if (f.text->count() > 0 && f.dataset->count() > 0)
+    throw UsageError("--text and --dataset both say what to train on: give one of them");
+  if (f.text->count() > 0 && f.config.text_path.empty()) throw UsageError("--text needs a file name");
   try {
     f.config.optimizer.validate();
   } catch (const std::exception& e) {

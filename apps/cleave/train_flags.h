@@ -17,16 +17,18 @@ struct TrainFlags {
   std::string json_path;
   bool no_progress = false;
   CLI::Option* weight_decay = nullptr;
+  CLI::Option* dataset = nullptr;
+  CLI::Option* text = nullptr;
 };
 
-// Adds --model, --dataset, --dataset-dir, --epochs, --batch, --optimizer, --lr,
+// Adds --model, --dataset, --text, --dataset-dir, --epochs, --batch, --optimizer, --lr,
 // --momentum, --nesterov, --weight-decay, --beta1, --beta2, --eps, --lr-schedule,
 // --lr-step-size, --lr-gamma, --warmup-steps, --min-lr, --seed, --limit-train,
 // --limit-test, --max-steps, --microbatches, --backend, --threads, --json,
 // --no-progress to `cmd`.
 void add_train_flags(CLI::App& cmd, TrainFlags& flags);
 // Applies defaults that depend on other flags (AdamW's weight decay) and
-// validates; throws UsageError.
+// validates (--text and --dataset exclude each other); throws UsageError.
 void finish_train_flags(TrainFlags& flags);
 // Throws UsageError (exit 2) when `flag`'s `path` cannot be written; "" is fine.
 void require_writable(const char* flag, const std::string& path);

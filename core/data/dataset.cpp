@@ -86,28 +86,76 @@ Dataset load_idx_dir(const std::string& dir, bool train, int64_t limit) {
 
 }  // namespace
 
+int64_t Dataset::size() const {
+  if (text) return std::max<int64_t>(0, static_cast<int64_t>(text->size()) - sample_numel());
+  const int64_t per = target_numel();
+  return per > 0 ? static_cast<int64_t>(y.size()) / per : 0;
+}
+
 int64_t Dataset::sample_numel() const {
   int64_t n = 1;
   for (int64_t d : sample_shape) n *= d;
   return n;
 }
 
+int64_t Dataset::target_numel() const {
+  int64_t n = 1;
+  for (int64_t d : target_shape) n *= d;
+  return n;
+}
+
+void Dataset::copy_sample(int64_t i, float* xs, float* ys) const {
+  const auto per = static_cast<size_t>(sample_numel()), tper = static_cast<size_t>(target_numel());
+  const auto at = static_cast<size_t>(i);
+  if (text) {  // window [i, i + T) and its next bytes
+    const uint8_t* bytes = text->data() + at;
+    for (size_t t = 0; t < per; ++t) {
+      xs[t] = static_cast<float>(bytes[t]);
+      ys[t] = static_cast<float>(bytes[t + 1]);
+    }
+    return;
+  }
+  std::memcpy(xs, x.data() + at * per, per * sizeof(float));
+  std::memcpy(ys, y.data() + at * tper, tper * sizeof(float));
+}
+
+// The windows of a text: shape (T), targets (T), bytes for at least one window.
+static void check_text(const Dataset& data, const std::string& who) {
+  if (data.sample_shape.size() != 1 || data.target_shape != data.sample_shape)
+    throw std::runtime_error(who + ": text windows need sample and target shapes (T), got " +
+                             std::to_string(data.sample_shape.size()) + "-d samples");
+  if (!data.x.empty() || !data.y.empty()) throw std::runtime_error(who + ": text windows hold no x / y");
+  if (static_cast<int64_t>(data.text->size()) < data.sample_numel() + 1)
+    throw std::runtime_error(who + ": " + std::to_string(data.text->size()) + " bytes hold no window of " +
+                             std::to_string(data.sample_numel()) + " + 1");
+}
+
 void check_dataset(const Dataset& data) {
   const std::string who = "dataset '" + data.name + "'";
   for (int64_t d : data.sample_shape)
     if (d <= 0) throw std::runtime_error(who + ": sample shape has a dimension " + std::to_string(d));
+  for (int64_t d : data.target_shape)
+    if (d <= 0) throw std::runtime_error(who + ": target shape has a dimension " + std::to_string(d));
   if (data.num_classes < 0) throw std::runtime_error(who + ": num_classes is negative");
+  if (data.text) {
+    check_text(data, who);
+    return;  // bytes are classes [0, 256)
+  }
+  if (static_cast<int64_t>(data.y.size()) != data.size() * data.target_numel())
+    throw std::runtime_error(who + ": y holds " + std::to_string(data.y.size()) + " floats, not a multiple of " +
+                             std::to_string(data.target_numel()) + " targets per sample");
   const int64_t want = data.size() * data.sample_numel();
   if (static_cast<int64_t>(data.x.size()) != want)
     throw std::runtime_error(who + ": x holds " + std::to_string(data.x.size()) + " floats, expected " +
                              std::to_string(want) + " (" + std::to_string(data.size()) + " samples of " +
                              std::to_string(data.sample_numel()) + ")");
   if (data.num_classes > 0) {
-    for (int64_t i = 0; i < data.size(); ++i) {
-      const float v = data.y[static_cast<size_t>(i)];
+    for (size_t i = 0; i < data.y.size(); ++i) {
+      const float v = data.y[i];
       if (!(v >= 0.0f) || v >= static_cast<float>(data.num_classes) || v != std::floor(v))
-        throw std::runtime_error(who + ": sample " + std::to_string(i) + " has label " + std::to_string(v) +
-                                 ", not a class in [0, " + std::to_string(data.num_classes) + ")");
+        throw std::runtime_error(who + ": sample " + std::to_string(static_cast<int64_t>(i) / data.target_numel()) +
+                                 " has label " + std::to_string(v) + ", not a class in [0, " +
+                                 std::to_string(data.num_classes) + ")");
     }
   }
 }
@@ -185,21 +233,21 @@ Dataset subset(const Dataset& data, const std::vector<int64_t>& indices) {
   Dataset out;
   out.name = data.name;
   out.sample_shape = data.sample_shape;
+  out.target_shape = data.target_shape;
   out.num_classes = data.num_classes;
   const int64_t n = data.size();
-  const size_t per = static_cast<size_t>(data.sample_numel());
-  if (data.x.size() != static_cast<size_t>(n) * per)
+  const size_t per = static_cast<size_t>(data.sample_numel()), tper = static_cast<size_t>(data.target_numel());
+  if (!data.text && data.x.size() != static_cast<size_t>(n) * per)
     throw std::runtime_error("subset of dataset '" + data.name + "': x holds " + std::to_string(data.x.size()) +
                              " floats, expected " + std::to_string(n) + " samples of " + std::to_string(per));
   out.x.resize(indices.size() * per);
-  out.y.resize(indices.size());
+  out.y.resize(indices.size() * tper);
   for (size_t k = 0; k < indices.size(); ++k) {
     const int64_t i = indices[k];
     if (i < 0 || i >= n)
       throw std::out_of_range("subset of dataset '" + data.name + "': index " + std::to_string(i) +
                               " is outside [0, " + std::to_string(n) + ")");
-    std::memcpy(out.x.data() + k * per, data.x.data() + static_cast<size_t>(i) * per, per * sizeof(float));
-    out.y[k] = data.y[static_cast<size_t>(i)];
+    data.copy_sample(i, out.x.data() + k * per, out.y.data() + k * tper);
   }
   return out;
 }

@@ -1,14 +1,18 @@
 // dataset.h: in-memory datasets and the readers that fill them.
 //
 // A Dataset is the whole split in host memory: float features, one sample after
-// another, and one float target per sample. Readers validate everything they
-// read and throw std::runtime_error naming the file and what is wrong with it
-// (bad magic, truncated data, a cell that is not a number, ...); they never
-// return a half-filled dataset. Formats, the lookup of Fashion-MNIST and the
-// CSV options are described in docs/data.md.
+// another, and the targets of each sample: one float (a class index or a
+// regression target) or, for a text read by load_text, one class per position.
+// A text's training split keeps its bytes instead (`text`): sample i is then
+// the window at byte offset i, made when it is read (copy_sample). Readers
+// validate everything they read and throw std::runtime_error naming the file
+// and what is wrong with it (bad magic, truncated data, a cell that is not a
+// number, ...); they never return a half-filled dataset. Formats, the lookup
+// of Fashion-MNIST and the CSV options are described in docs/data.md.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -23,15 +27,29 @@ struct Dataset {
   Shape sample_shape;     // shape of one sample, e.g. (1, 28, 28) or (features)
   int num_classes = 0;    // classes for classification; 0 for regression targets
   std::vector<float> x;   // (size, sample_shape...) row-major
-  std::vector<float> y;   // (size): class index as float, or the regression target
+  std::vector<float> y;   // (size, target_shape...): class index as float, or the regression target
+  Shape target_shape;     // the targets of one sample: () one value, (T) a class per position (text)
+  // Windows of a byte text (load_text's training split), when set: x and y are
+  // empty and sample i, for i in [0, text->size() - T), is bytes [i, i + T)
+  // with targets bytes [i + 1, i + T + 1), T = sample_shape[0].
+  std::shared_ptr<const std::vector<uint8_t>> text;
+  // Samples one epoch draws (BatchLoader): -1 all of them; else the first
+  // epoch_samples of the epoch's order (a text's epoch: distinct random windows).
+  int64_t epoch_samples = -1;
 
-  int64_t size() const { return static_cast<int64_t>(y.size()); }
+  int64_t size() const;
   // Floats per sample: the product of sample_shape.
   int64_t sample_numel() const;
+  // Target floats per sample: the product of target_shape (1 for ()).
+  int64_t target_numel() const;
+  // Copies sample i's features (sample_numel floats) to `x` and its targets
+  // (target_numel floats) to `y`. i must be in [0, size()).
+  void copy_sample(int64_t i, float* x, float* y) const;
 };
 
-// Throws std::runtime_error when x / y / sample_shape / num_classes disagree
-// (x.size() != size * sample_numel, a class label outside [0, num_classes)).
+// Throws std::runtime_error when x / y / sample_shape / target_shape / text /
+// num_classes disagree (x.size() != size * sample_numel, a class label outside
+// [0, num_classes)).
 void check_dataset(const Dataset& data);
 
 // Reads an IDX image file and an IDX label file (gzip or uncompressed, detected
@@ -86,8 +104,24 @@ Dataset load_csv(const std::string& path, const CsvOptions& opts = {});
 Dataset load_dataset(const std::string& name_or_path, const std::string& dataset_dir, bool train,
                      int64_t limit = -1, const CsvOptions& csv = {});
 
-// The samples at `indices` (in that order, repeats allowed), same name, shape
-// and num_classes. Throws std::out_of_range for an index outside [0, size).
+// A byte text for a language model (`--text`): the file's bytes, vocabulary
+// 256. The first floor(0.9 n) of its n bytes train, the rest validate (no
+// seed: every run validates on the same bytes). `context` is the model's T.
+//   train: every window of T bytes in the training bytes, as `text` windows
+//          (size = train bytes - T); an epoch draws epoch_samples of them,
+//          distinct, in a seeded random order (BatchLoader): floor(train
+//          bytes / T), about one pass over the bytes, or `limit` (if >= 0,
+//          capped at size).
+//   validation: the non-overlapping windows at offsets 0, T, 2T, ... of the
+//          validation bytes (floor((val bytes - 1) / T) of them, at most
+//          `limit` if >= 0), materialised in x / y.
+// Inputs and targets are byte values as floats, target_shape (T),
+// num_classes 256. Throws std::runtime_error naming the file when it cannot
+// be read or a split is too short for one window of T + 1 bytes.
+Dataset load_text(const std::string& path, int64_t context, bool train, int64_t limit = -1);
+
+// The samples at `indices` (in that order, repeats allowed), same name, shapes
+// and num_classes, in x / y (text windows are materialised). Throws std::out_of_range for an index outside [0, size).
 Dataset subset(const Dataset& data, const std::vector<int64_t>& indices);
 
 }  // namespace cleave

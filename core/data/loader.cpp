@@ -2,7 +2,6 @@
 #include "core/data/loader.h"
 
 #include <algorithm>
-#include <cstring>
 #include <numeric>
 #include <stdexcept>
 #include <string>
@@ -30,8 +29,13 @@ BatchLoader::BatchLoader(const Dataset& data, int64_t batch, bool shuffle, uint6
   start_epoch(0);
 }
 
-int64_t BatchLoader::batches_per_epoch() const {
+int64_t BatchLoader::samples_per_epoch() const {
   const int64_t n = data_->size();
+  return data_->epoch_samples >= 0 ? std::min(n, data_->epoch_samples) : n;
+}
+
+int64_t BatchLoader::batches_per_epoch() const {
+  const int64_t n = samples_per_epoch();
   return drop_last_ ? n / batch_ : (n + batch_ - 1) / batch_;
 }
 
@@ -54,18 +58,17 @@ Batch BatchLoader::get(int64_t index) const {
                             std::to_string(count) + ") for " + std::to_string(data_->size()) + " samples in batches of " +
                             std::to_string(batch_));
   const int64_t begin = index * batch_;
-  const int64_t end = std::min(begin + batch_, data_->size());
-  const size_t per = static_cast<size_t>(data_->sample_numel());
+  const int64_t end = std::min(begin + batch_, samples_per_epoch());
+  const size_t per = static_cast<size_t>(data_->sample_numel()), tper = static_cast<size_t>(data_->target_numel());
   Batch b;
   b.size = end - begin;
   b.x_shape = {b.size};
   b.x_shape.insert(b.x_shape.end(), data_->sample_shape.begin(), data_->sample_shape.end());
   b.x.resize(static_cast<size_t>(b.size) * per);
-  b.y.resize(static_cast<size_t>(b.size));
+  b.y.resize(static_cast<size_t>(b.size) * tper);
   for (int64_t k = 0; k < b.size; ++k) {
-    const auto i = static_cast<size_t>(order_[static_cast<size_t>(begin + k)]);
-    std::memcpy(b.x.data() + static_cast<size_t>(k) * per, data_->x.data() + i * per, per * sizeof(float));
-    b.y[static_cast<size_t>(k)] = data_->y[i];
+    const auto at = static_cast<size_t>(k);
+    data_->copy_sample(order_[static_cast<size_t>(begin + k)], b.x.data() + at * per, b.y.data() + at * tper);
   }
   return b;
 }

@@ -16,7 +16,7 @@ namespace cleave {
 
 struct Batch {
   std::vector<float> x;  // (size, sample_shape...) row-major
-  std::vector<float> y;  // (size)
+  std::vector<float> y;  // (size, target_shape...): (size) for one target per sample
   int64_t size = 0;
   Shape x_shape;         // (size, sample_shape...)
 };
@@ -28,7 +28,10 @@ class BatchLoader {
   // dataset is inconsistent (see check_dataset). Starts at epoch 0.
   BatchLoader(const Dataset& data, int64_t batch, bool shuffle, uint64_t seed, bool drop_last = false);
 
-  // ceil(size / batch), or floor with drop_last.
+  // The samples an epoch covers: the dataset's size, or its epoch_samples
+  // when set (the first of the epoch's order: a text's random windows).
+  int64_t samples_per_epoch() const;
+  // ceil(samples_per_epoch / batch), or floor with drop_last.
   int64_t batches_per_epoch() const;
   // Sets the sample order for `epoch` (>= 0, else std::invalid_argument).
   void start_epoch(int64_t epoch);

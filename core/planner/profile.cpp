@@ -5,6 +5,7 @@
 
 #include "core/model/model_spec.h"
 #include "core/nn/layer.h"
+#include "core/nn/loss.h"
 #include "core/optim/optimizer.h"
 
 namespace cleave {
@@ -15,10 +16,13 @@ ModelProfile profile_model(const ModelSpec& spec, const std::string& optimizer_k
   p.name = spec.name;
   p.optimizer = optimizer_kind;
   p.input_bytes_per_sample = numel(spec.input) * 4;
-  // nn/loss.cpp: targets (one class index per row, or the output's shape for
-  // mse) and the per-row loss; cross-entropy adds the per-row argmax hit.
-  const int64_t outputs = numel(spec.shapes.back());
-  p.loss_bytes_per_sample = 4 * (spec.loss == LossKind::cross_entropy ? 1 + 1 + 1 : outputs + 1);
+  // nn/loss.cpp: targets (target_shape: one class index per row, one per
+  // position for a sequence, or the output's shape for mse) and the loss per
+  // row (per position for a sequence); cross-entropy adds the argmax hits.
+  const Shape& out = spec.shapes.back();
+  const bool xent = spec.loss == LossKind::cross_entropy;
+  const int64_t positions = xent && out.size() == 2 ? out[0] : 1;
+  p.loss_bytes_per_sample = 4 * (numel(target_shape(spec.loss, out)) + positions + (xent ? positions : 0));
   for (int i = 0; i < spec.num_layers(); ++i) {
     const Shape& in = spec.shapes[i];
     std::unique_ptr<Layer> layer = make_layer(spec.layers[i], in);

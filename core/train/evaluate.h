@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 
 #include "core/data/dataset.h"
 #include "core/model/partition.h"
@@ -15,8 +16,10 @@ struct EvalResult {
 };
 
 // Runs `model` (which must hold the whole model) over `data` in batches of
-// `batch`, without keeping activations for backward. Throws
-// std::invalid_argument for batch <= 0.
-EvalResult evaluate(Partition& model, const Dataset& data, int64_t batch);
+// `batch`, without keeping activations for backward; `between` (if set) runs
+// after each batch (a pipeline coordinator keeps its daemons' links alive).
+// Throws std::invalid_argument for batch <= 0 or targets of another size than
+// the model's loss takes.
+EvalResult evaluate(Partition& model, const Dataset& data, int64_t batch, const std::function<void()>& between = {});
 
 }  // namespace cleave

@@ -14,6 +14,7 @@
 #include "core/train/evaluate.h"
 #include "core/train/progress.h"
 #include "core/train/train_checkpoint.h"
+#include "core/train/train_data.h"
 #include "core/train/train_result.h"
 #include "core/train/train_step.h"
 
@@ -56,6 +57,7 @@ class LocalRun {
   ProgressBar bar_;
   nlohmann::json losses_ = nlohmann::json::array();
   nlohmann::json epochs_json_ = nlohmann::json::array();
+  nlohmann::json val_losses_ = nlohmann::json::array();  // --text: after each epoch
   int64_t samples_ = 0;
   double train_seconds_ = 0;
 };
@@ -66,11 +68,9 @@ LocalRun::LocalRun(const TrainConfig& cfg) : cfg_(cfg), bar_(cfg.progress) {
   dopts.threads = cfg.threads;
   device_ = open_device(cfg.backend, dopts);
   estimated_bytes_ = check_memory();  // before the data, the model or anything else is allocated
-  train_ = load_dataset(cfg.dataset, cfg.dataset_dir, /*train=*/true, cfg.limit_train);
-  test_ = load_dataset(cfg.dataset, cfg.dataset_dir, /*train=*/false, cfg.limit_test);
-  if (numel(train_.sample_shape) != numel(spec_.input))
-    throw std::runtime_error(cfg.model_path + ": model input " + shape_str(spec_.input) + " does not match the " +
-                             train_.name + " samples " + shape_str(train_.sample_shape));
+  TrainData data = load_train_data(cfg, spec_);
+  train_ = std::move(data.train);
+  test_ = std::move(data.test);
   model_ = std::make_unique<Partition>(*device_, spec_, 0, spec_.num_layers());
   loader_ = std::make_unique<BatchLoader>(train_, cfg.batch, /*shuffle=*/true, cfg.seed);
   ocfg_ = cfg.optimizer;
@@ -173,16 +173,21 @@ bool LocalRun::train_epoch(int64_t epoch) {
 nlohmann::json LocalRun::run() {
   start();
   const int64_t start_step = pos_.step;
-  for (int64_t epoch = pos_.epoch; epoch < cfg_.epochs; ++epoch)
-    if (!train_epoch(epoch)) break;
+  const bool text = !cfg_.text_path.empty();
+  bool more = true;
+  for (int64_t epoch = pos_.epoch; epoch < cfg_.epochs && more; ++epoch) {
+    more = train_epoch(epoch);
+    // The last epoch's validation is the final evaluation below.
+    if (text && more && epoch + 1 < cfg_.epochs) val_losses_.push_back(evaluate(*model_, test_, 256).loss);
+  }
   if (!cfg_.save_path.empty()) save(cfg_.save_path);
   const EvalResult ev = evaluate(*model_, test_, 256);
-  if (cfg_.progress)
-    std::fprintf(stderr, "test accuracy %.4f  test loss %.4f  (%lld samples)\n", ev.accuracy, ev.loss,
-                 static_cast<long long>(ev.samples));
-  nlohmann::json out = training_result(
-      cfg_, TrainSummary{"local", spec_, train_, test_, start_step, pos_.step - start_step, losses_, ev, train_seconds_,
-                         seconds_since(t_start_), samples_, ocfg_, model_->param_count()});
+  if (text) val_losses_.push_back(ev.loss);
+  print_evaluation(cfg_, ev);
+  TrainSummary summary{"local", spec_, train_, test_, start_step, pos_.step - start_step, losses_, ev, train_seconds_,
+                       seconds_since(t_start_), samples_, ocfg_, model_->param_count()};
+  summary.val_losses = val_losses_;
+  nlohmann::json out = training_result(cfg_, summary);
   out["epoch_stats"] = epochs_json_;
   out["backend"] = backend_name(device_->backend());
   out["device"] = device_->name();

@@ -7,10 +7,12 @@
 namespace cleave {
 
 nlohmann::json TrainConfig::to_json() const {
-  return {{"model_path", model_path}, {"dataset", dataset},   {"epochs", epochs},
+  nlohmann::json out = {{"model_path", model_path}, {"dataset", dataset},   {"epochs", epochs},
           {"batch", batch},           {"seed", seed},         {"limit_train", limit_train},
           {"limit_test", limit_test}, {"max_steps", max_steps}, {"microbatches", microbatches},
           {"optimizer", optimizer.to_json()}, {"backend", backend}, {"threads", threads}};
+  if (!text_path.empty()) out["text"] = text_path;
+  return out;
 }
 
 int64_t microbatch_offset(int64_t batch, int microbatches, int index) {

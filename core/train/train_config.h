@@ -16,11 +16,12 @@ struct TrainConfig {
   std::string model_path;                 // models/*.json
   std::string dataset = "fashion-mnist";  // name, CSV path or IDX directory
   std::string dataset_dir;                // overrides where fashion-mnist is found
+  std::string text_path;                  // --text: train a language model on this file's bytes (replaces dataset)
   int epochs = 1;
   int64_t batch = 64;
   uint64_t seed = 1;
-  int64_t limit_train = -1;  // first N training samples (-1 = all)
-  int64_t limit_test = -1;   // first N test samples (-1 = all)
+  int64_t limit_train = -1;  // first N training samples (-1 = all); --text: windows per epoch
+  int64_t limit_test = -1;   // first N test samples (-1 = all); --text: validation windows
   int64_t max_steps = -1;    // stop after this many optimizer steps in total (-1 = no limit)
   int microbatches = 1;      // gradient accumulation / pipeline micro-batches per batch
   OptimizerConfig optimizer;

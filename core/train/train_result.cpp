@@ -2,6 +2,8 @@
 #include "core/train/train_result.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
 
 namespace cleave {
 
@@ -26,7 +28,25 @@ nlohmann::json training_result(const TrainConfig& cfg, const TrainSummary& s) {
   out["wall_seconds"] = s.wall_seconds;
   out["optimizer"] = s.optimizer.to_json();
   out["parameters"] = s.parameters;
+  if (!cfg.text_path.empty()) {  // test_accuracy / test_loss above are the same validation windows
+    out["text"] = cfg.text_path;
+    out["windows_per_epoch"] = s.train.epoch_samples >= 0 ? std::min(s.train.size(), s.train.epoch_samples)
+                                                          : s.train.size();
+    out["val_loss"] = s.eval.loss;
+    out["val_bits_per_byte"] = s.eval.loss / std::log(2.0);
+    out["val_losses"] = s.val_losses;
+  }
   return out;
+}
+
+void print_evaluation(const TrainConfig& cfg, const EvalResult& ev) {
+  if (!cfg.progress) return;
+  if (cfg.text_path.empty())
+    std::fprintf(stderr, "test accuracy %.4f  test loss %.4f  (%lld samples)\n", ev.accuracy, ev.loss,
+                 static_cast<long long>(ev.samples));
+  else
+    std::fprintf(stderr, "validation loss %.4f nats/byte  %.4f bits/byte  (%lld windows)\n", ev.loss,
+                 ev.loss / std::log(2.0), static_cast<long long>(ev.samples));
 }
 
 }  // namespace cleave

@@ -29,8 +29,16 @@ struct TrainSummary {
   int64_t samples = 0;  // trained on
   const OptimizerConfig& optimizer;
   int64_t parameters = 0;
+  nlohmann::json val_losses = nlohmann::json::array();  // --text: validation loss after each epoch
 };
 
+// The keys above; a --text run adds text, windows_per_epoch, val_loss
+// (eval.loss: nats per byte), val_bits_per_byte (val_loss / ln 2) and
+// val_losses (s.val_losses).
 nlohmann::json training_result(const TrainConfig& cfg, const TrainSummary& s);
+
+// The final evaluation on stderr when cfg.progress: test accuracy and loss, or
+// for --text the validation loss in nats and bits per byte.
+void print_evaluation(const TrainConfig& cfg, const EvalResult& ev);
 
 }  // namespace cleave

@@ -23,6 +23,7 @@
 #include "core/model/model_spec.h"
 #include "core/train/train_checkpoint.h"
 #include "skip.h"
+#include "text_corpus.h"
 
 using namespace cleave::cli_test;
 
@@ -82,7 +83,7 @@ TEST_CASE("cleave train --help documents every flag", "[cli]") {
   INFO(r.output);
   REQUIRE(r.code == 0);
   for (const char* flag :
-       {"--local", "--model", "--dataset", "--dataset-dir", "--epochs", "--batch", "--optimizer", "--lr",
+       {"--local", "--model", "--dataset", "--text", "--dataset-dir", "--epochs", "--batch", "--optimizer", "--lr",
         "--momentum", "--nesterov", "--weight-decay", "--lr-schedule", "--seed", "--json", "--limit-train",
         "--limit-test", "--max-steps", "--save", "--save-every", "--load", "--init", "--backend", "--threads",
         "--no-progress"}) {
@@ -93,6 +94,32 @@ TEST_CASE("cleave train --help documents every flag", "[cli]") {
   REQUIRE(e.code == 0);
   CHECK(e.output.find("--checkpoint") != std::string::npos);
   CHECK(e.output.find("--out") != std::string::npos);
+}
+
+TEST_CASE("cleave train --text trains a language model and refuses what does not fit", "[cli][text]") {
+  TempDir dir;
+  const std::string text = dir.file("corpus.txt"), json = dir.file("r.json");
+  cleave::test::write_generated_text(text, 8000);
+  const std::string gpt = " --model '" + std::string(CLEAVE_SOURCE_DIR) + "/tests/fixtures/gpt-micro.json'";
+  const std::string common = " --text '" + text + "' --batch 8 --limit-train 64 --limit-test 8 --threads 1 --no-progress";
+  RunResult ok = run_cleave("train --local" + gpt + common + " --json '" + json + "'");
+  INFO(ok.output);
+  REQUIRE(ok.code == 0);
+  CHECK(ok.output.find("val_bits_per_byte") != std::string::npos);
+  const nlohmann::json r = read_json(json);
+  CHECK(r["steps"] == 8);
+  CHECK(r["val_losses"].size() == 1);
+  CHECK(r["val_bits_per_byte"].get<double>() > 0);
+
+  RunResult both = run_cleave("train --local" + gpt + common + " --dataset fashion-mnist");
+  CHECK(both.code == 2);
+  CHECK(both.output.find("--text and --dataset") != std::string::npos);
+  RunResult cnn = run_cleave("train --local --model '" + std::string(CLEAVE_SOURCE_DIR) + "/models/cnn.json'" + common);
+  CHECK(cnn.code != 0);
+  CHECK(cnn.output.find("--text trains a byte-level language model") != std::string::npos);
+  RunResult bare = run_cleave("train --local" + gpt + " --threads 1 --no-progress");
+  CHECK(bare.code != 0);
+  CHECK(bare.output.find("give it a text to train on with --text FILE") != std::string::npos);
 }
 
 TEST_CASE("cleave train --local writes the result JSON", "[cli]") {

@@ -20,6 +20,7 @@
 #include "core/runtime/coordinator/session.h"
 #include "core/runtime/common/wire.h"
 #include "core/train/evaluate.h"
+#include "core/train/train_data.h"
 #include "core/train/train_checkpoint.h"
 #include "core/util/rng.h"
 #include "transport/log.h"
@@ -154,6 +155,9 @@ void FedDriver::load_model_and_test_set() {
   }
   strategy_ = parse_fed_strategy(opts_.strategy);
   spec_ = ModelSpec::load(cfg_.model_path);
+  if (language_model_mismatch(spec_).empty())
+    fail(cfg_.model_path + " is a byte-level language model: cleave fed cannot train one yet (its clients hold "
+         "class-labelled --dataset samples); train it with cleave train --text FILE");
   test_ = load_dataset(cfg_.dataset, cfg_.dataset_dir, /*train=*/false, cfg_.limit_test);
   if (numel(test_.sample_shape) != numel(spec_.input))
     fail(cfg_.model_path + ": model input " + shape_str(spec_.input) + " does not match the " + test_.name +

@@ -18,6 +18,7 @@
 #include "core/planner/profile.h"
 #include "core/runtime/common/wire.h"
 #include "core/io/untrusted_json.h"
+#include "core/train/train_data.h"
 #include "core/train/train_result.h"
 #include "device/device.h"
 #include "transport/log.h"
@@ -44,19 +45,14 @@ nlohmann::json Driver::run() {
         train();
         auto cpu = open_device("cpu", DeviceOptions{});
         Partition whole(*cpu, spec_, 0, spec_.num_layers());
-        const std::vector<float> params = gather_params();
-        if (static_cast<int64_t>(params.size()) != whole.param_count())
-          fail("gathered " + std::to_string(params.size()) + " parameters from the stages but the model has " +
-               std::to_string(whole.param_count()));
-        whole.params().from_host(params);
+        load_whole(whole, gather_params());
         finish_stages();
         // Evaluate only after the daemons are released: this takes seconds in
         // which no daemon has reason to talk to us.
         const EvalResult ev = evaluate(whole, test_, 256);
+        if (!cfg_.text_path.empty()) val_losses_.push_back(ev.loss);
         write_trace();
-        if (cfg_.progress)
-          std::fprintf(stderr, "test accuracy %.4f  test loss %.4f  (%lld samples)\n", ev.accuracy, ev.loss,
-                       static_cast<long long>(ev.samples));
+        print_evaluation(cfg_, ev);
         return result(ev, whole.param_count());
       },
       [&] { stop_all(); });
@@ -64,8 +60,9 @@ nlohmann::json Driver::run() {
 
 void Driver::load_inputs() {
   spec_ = ModelSpec::load(cfg_.model_path);
-  train_ = load_dataset(cfg_.dataset, cfg_.dataset_dir, true, cfg_.limit_train);
-  test_ = load_dataset(cfg_.dataset, cfg_.dataset_dir, false, cfg_.limit_test);
+  TrainData data = load_train_data(cfg_, spec_);
+  train_ = std::move(data.train);
+  test_ = std::move(data.test);
   schedule_ = parse_schedule(opts_.schedule);
   encoding_ = transport::parse_encoding(opts_.encoding);
   if (opts_.devices < 1) fail("--devices must be at least 1");
@@ -241,8 +238,39 @@ void Driver::train() {
     char summary[64];
     std::snprintf(summary, sizeof summary, "%.1f s", seconds_since(t_epoch_));
     bar_->end(summary);
+    // --text: validate after each epoch; the last one's is the final evaluation (run()).
+    if (!cfg_.text_path.empty() && !stopped && epoch + 1 < cfg_.epochs) val_losses_.push_back(validation_loss());
   }
   current_step_ = step_;
+}
+
+void Driver::load_whole(Partition& whole, const std::vector<float>& params) {
+  if (static_cast<int64_t>(params.size()) != whole.param_count())
+    fail("gathered " + std::to_string(params.size()) + " parameters from the stages but the model has " +
+         std::to_string(whole.param_count()));
+  whole.params().from_host(params);
+}
+
+// Between epochs, every step collected: the stages' weights evaluated here on
+// the CPU, reading what the daemons send between batches so that their
+// heartbeats keep flowing both ways.
+double Driver::validation_loss() {
+  std::vector<float> params;
+  for (const StageState& s : gather_states(0)) params.insert(params.end(), s.params.begin(), s.params.end());
+  auto cpu = open_device("cpu", DeviceOptions{});
+  Partition whole(*cpu, spec_, 0, spec_.num_layers());
+  load_whole(whole, params);
+  const EvalResult ev = evaluate(whole, test_, 256, [&] {
+    for (int i = 0; i < 64; ++i) {
+      auto got = receive(Millis(0));
+      if (!got) break;
+      keep_reply(std::move(*got));
+    }
+  });
+  last_progress_ = Clock::now();  // the evaluation's time is not a stall
+  if (cfg_.progress)
+    std::fprintf(stderr, "validation loss %.4f nats/byte (%lld windows)\n", ev.loss, static_cast<long long>(ev.samples));
+  return ev.loss;
 }
 
 // One step: the step command to every stage, each micro-batch's inputs to the
@@ -378,9 +406,10 @@ void Driver::write_trace() {
 }
 
 nlohmann::json Driver::result(const EvalResult& ev, int64_t parameters) const {
-  nlohmann::json out = training_result(
-      cfg_, TrainSummary{"pipeline", spec_, train_, test_, start_.position.step, step_ - start_.position.step, losses_,
-                         ev, train_seconds_, seconds_since(t_start_), samples_, ocfg_, parameters});
+  TrainSummary summary{"pipeline", spec_, train_, test_, start_.position.step, step_ - start_.position.step, losses_,
+                       ev, train_seconds_, seconds_since(t_start_), samples_, ocfg_, parameters};
+  summary.val_losses = val_losses_;
+  nlohmann::json out = training_result(cfg_, summary);
   out["schedule"] = schedule_name(schedule_);
   out["encoding"] = encoding_name(encoding_);
   out["train_seconds"] = train_seconds_;

@@ -18,6 +18,7 @@
 #include "core/data/loader.h"
 #include "core/io/untrusted_json.h"
 #include "core/model/model_spec.h"
+#include "core/model/partition.h"
 #include "core/optim/optimizer.h"
 #include "core/pipeline/schedule.h"
 #include "core/pipeline/trace.h"
@@ -68,6 +69,9 @@ class Driver {
   transport::Millis step_deadline() const;
   std::string stall_report() const;
   std::vector<float> gather_params();
+  // The gathered `params` into `whole` (the whole model); fails on a size mismatch.
+  static void load_whole(Partition& whole, const std::vector<float>& params);
+  double validation_loss();  // --text, between epochs: the stages' weights on the validation windows
   void finish_stages();
   void write_trace();
   nlohmann::json result(const EvalResult& ev, int64_t parameters) const;
@@ -134,6 +138,7 @@ class Driver {
   std::unique_ptr<BatchLoader> loader_;
   std::unique_ptr<ProgressBar> bar_;
   nlohmann::json losses_ = nlohmann::json::array();
+  nlohmann::json val_losses_ = nlohmann::json::array();  // --text: after each epoch
   std::map<int64_t, int64_t> step_batch_;    // step -> its batch size
   std::vector<Clock::time_point> step_done_;  // when each step's loss arrived
   std::map<int64_t, transport::MetricsMsg> last_metrics_;  // step -> metrics of the last stage

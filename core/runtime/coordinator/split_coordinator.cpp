@@ -22,6 +22,7 @@
 #include "core/runtime/common/split_layout.h"
 #include "core/runtime/common/wire.h"
 #include "core/train/progress.h"
+#include "core/train/train_data.h"
 #include "transport/codec.h"
 #include "transport/log.h"
 
@@ -224,6 +225,9 @@ void SplitDriver::prepare() {
     fail("--save, --load and --init are not supported by cleave split in this version: the client-side weights "
          "never leave the clients");
   spec_ = ModelSpec::load(cfg_.model_path);
+  if (language_model_mismatch(spec_).empty())
+    fail(cfg_.model_path + " is a byte-level language model: cleave split cannot train one yet (its clients hold "
+         "class-labelled --dataset samples); train it with cleave train --text FILE");
   try {
     layout_ = make_split_layout(spec_, opts_.cut, opts_.cut_back, opts_.labels == "client");
   } catch (const std::invalid_argument& e) {

@@ -1,0 +1,66 @@
+// text.cpp: load_text, a file's bytes as a language model's windows; see
+// dataset.h and docs/data.md ("Text").
+#include <algorithm>
+#include <fstream>
+#include <iterator>
+#include <stdexcept>
+
+#include "core/data/dataset.h"
+
+namespace cleave {
+
+namespace {
+
+std::vector<uint8_t> read_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error(path + ": cannot open the --text file");
+  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (in.bad()) throw std::runtime_error(path + ": cannot read the --text file");
+  return bytes;
+}
+
+// The validation windows of `val`: offsets 0, T, 2T, ... while the window and
+// its next byte fit, at most `limit` (if >= 0) of them.
+void fill_validation(Dataset& data, const std::vector<uint8_t>& val, int64_t T, int64_t limit) {
+  int64_t count = (static_cast<int64_t>(val.size()) - 1) / T;
+  if (limit >= 0) count = std::min(count, limit);
+  data.x.resize(static_cast<size_t>(count * T));
+  data.y.resize(static_cast<size_t>(count * T));
+  for (int64_t w = 0; w < count; ++w)
+    for (int64_t t = 0; t < T; ++t) {
+      const auto at = static_cast<size_t>(w * T + t);
+      data.x[at] = static_cast<float>(val[at]);
+      data.y[at] = static_cast<float>(val[at + 1]);
+    }
+}
+
+}  // namespace
+
+Dataset load_text(const std::string& path, int64_t context, bool train, int64_t limit) {
+  if (context < 1) throw std::invalid_argument("load_text: context must be >= 1, got " + std::to_string(context));
+  std::vector<uint8_t> bytes = read_bytes(path);
+  const int64_t n = static_cast<int64_t>(bytes.size());
+  const int64_t cut = n / 10 * 9 + (n % 10) * 9 / 10;  // floor(0.9 n) without overflow
+  const int64_t part = train ? cut : n - cut;
+  if (part < context + 1)
+    throw std::runtime_error(path + ": " + std::to_string(n) + " bytes are too few for a model of context " +
+                             std::to_string(context) + ": its " + (train ? "training" : "validation") + " split (the " +
+                             (train ? "first 90%" : "last 10%") + ", " + std::to_string(part) +
+                             " bytes) needs at least " + std::to_string(context + 1) + " (a window and its next byte)");
+  Dataset data;
+  data.name = std::string("text:") + path + (train ? "/train" : "/validation");
+  data.sample_shape = {context};
+  data.target_shape = {context};
+  data.num_classes = 256;
+  if (train) {
+    bytes.resize(static_cast<size_t>(cut));
+    data.text = std::make_shared<const std::vector<uint8_t>>(std::move(bytes));
+    const int64_t windows = cut - context;  // offsets 0 .. cut - T - 1
+    data.epoch_samples = std::min(windows, limit >= 0 ? limit : cut / context);
+  } else {
+    fill_validation(data, std::vector<uint8_t>(bytes.begin() + cut, bytes.end()), context, limit);
+  }
+  return data;
+}
+
+}  // namespace cleave
