@@ -128,7 +128,6 @@ class FedDriver {
   std::map<std::string, int> rounds_accepted_;  // rounds whose update was accepted, by client
   std::map<std::string, int64_t> registered_samples_;  // each client's shard size, as it registered
   std::set<std::string> warned_;                    // daemons whose registration was logged as not taken
-  std::map<std::string, std::string> refused_registrations_;  // daemon -> why its details were refused
   int current_round_ = -1;
   EvalResult last_eval_;
 };
@@ -224,8 +223,7 @@ void FedDriver::register_clients() {
                        static_cast<long long>(d->samples), d->shard.c_str(), d->partition.c_str());
       },
       [&](const std::string& names) {
-        std::string refused;
-        for (const auto& [name, why] : refused_registrations_) refused += "; refused " + name + ": " + why;
+        const std::string refused = session_->refused_registrations();
         return "only " + std::to_string(clients_.size()) + " of " + std::to_string(opts_.clients) +
                " federated clients registered within " + std::to_string(opts_.register_timeout_ms / 1000) + " s" +
                (names.empty() ? "" : " (" + names + ")") + refused +
@@ -239,11 +237,7 @@ std::optional<FedClientDetails> FedDriver::client_details(const Registration& go
   try {
     d = read_fed_client_details(got.details, got.details_error);
   } catch (const std::invalid_argument& e) {
-    if (warned_.insert(got.peer).second) {  // it registers again every second: once is enough
-      refuse("registration_details_invalid");
-      refused_registrations_[got.peer] = e.what();
-      log(LogLevel::kWarning, "cleave fed: client " + got.peer + ": " + e.what() + ": registration refused");
-    }
+    session_->refuse_registration("client", got.peer, e.what());
     return std::nullopt;
   }
   if (!d.fed_client) {

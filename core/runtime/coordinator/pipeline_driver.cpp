@@ -74,19 +74,12 @@ void Driver::load_inputs() {
 }
 
 void Driver::register_devices() {
-  std::map<std::string, std::string> refused;  // daemon -> why its registration details were refused
   session_->register_until(
       opts_.register_timeout_ms, [&] { return static_cast<int>(devices_.size()) >= opts_.devices; },
       [&](const Registration& r) {
         std::string why = r.details_error;
         if (why.empty()) why = check_pipeline_details(r.details);
-        if (!why.empty()) {
-          if (refused.emplace(r.peer, why).second) {
-            session_->pool().count_refused("registration_details_invalid");
-            log(LogLevel::kWarning, "cleave: refused the registration of " + r.peer + ": " + why);
-          }
-          return;
-        }
+        if (!why.empty()) return session_->refuse_registration("device", r.peer, why);
         devices_.push_back({r.peer, r.reg, -1, "", r.details});
         session_->pool().add(r.peer, r.reg, r.details);
         if (cfg_.progress)
@@ -98,8 +91,7 @@ void Driver::register_devices() {
                            " devices registered within " + std::to_string(opts_.register_timeout_ms / 1000) + " s" +
                            (names.empty() ? "" : " (" + names + ")") + ": start more cleaved daemons with keys in " +
                            opts_.allow_path;
-        for (const auto& [name, why] : refused) text += "; refused " + name + ": " + why;
-        return text;
+        return text + session_->refused_registrations();
       });
   std::sort(devices_.begin(), devices_.end(),
             [](const StageDevice& a, const StageDevice& b) { return a.name < b.name; });

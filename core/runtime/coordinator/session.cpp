@@ -8,6 +8,7 @@
 #include "core/io/untrusted_json.h"
 #include "core/planner/profile.h"
 #include "transport/keys.h"
+#include "transport/log.h"
 
 namespace cleave {
 
@@ -67,6 +68,18 @@ void Session::register_until(int timeout_ms, const std::function<bool()>& done,
     }
     offer(Registration{got->peer, *r, std::move(details), std::move(details_error)});
   }
+}
+
+void Session::refuse_registration(const std::string& role, const std::string& peer, const std::string& why) {
+  if (!refused_registrations_.emplace(peer, why).second) return;
+  pool_->count_refused("registration_details_invalid");
+  log(LogLevel::kWarning, options_.who + ": " + role + " " + peer + ": " + why + ": registration refused");
+}
+
+std::string Session::refused_registrations() const {
+  std::string out;
+  for (const auto& [name, why] : refused_registrations_) out += "; refused " + name + ": " + why;
+  return out;
 }
 
 void Session::release(const std::vector<std::string>& names, bool shutdown) {

@@ -20,6 +20,7 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
@@ -104,6 +105,15 @@ class Session {
   void register_until(int timeout_ms, const std::function<bool()>& done,
                       const std::function<void(const Registration&)>& offer,
                       const std::function<std::string(const std::string& registered)>& missing);
+  // Refuses the registration of `peer` (a `role`: "device", "client") because
+  // its details are unreadable or do not fit the job: logged ("WHO: ROLE
+  // PEER: WHY: registration refused") and counted
+  // ("registration_details_invalid") the first time only (a daemon registers
+  // again every second).
+  void refuse_registration(const std::string& role, const std::string& peer, const std::string& why);
+  // "; refused NAME: WHY" for each refused registration, for the message a
+  // register timeout ends with ("" when none was refused).
+  std::string refused_registrations() const;
 
   // Ends the job of each of `names` that is still alive (Finish) and, when
   // `shutdown`, tells it to exit. Errors are ignored: the daemons notice a
@@ -144,6 +154,7 @@ class Session {
   SessionOptions options_;
   std::unique_ptr<transport::ServerEndpoint> server_;
   std::unique_ptr<PeerPool> pool_;
+  std::map<std::string, std::string> refused_registrations_;  // daemon -> why its registration was refused
 };
 
 // Seconds since `t0`.

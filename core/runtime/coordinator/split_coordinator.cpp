@@ -147,7 +147,6 @@ class SplitDriver {
   double train_seconds_ = 0, test_accuracy_ = 0, test_loss_ = 0;
   int64_t trained_samples_ = 0;
   std::set<std::string> warned_;                              // daemons logged as not taken
-  std::map<std::string, std::string> refused_registrations_;  // daemon -> why its details were refused
   std::map<std::string, int64_t> registered_samples_;         // each client's shard size, as it registered
 };
 
@@ -279,8 +278,7 @@ void SplitDriver::register_daemons() {
         }
       },
       [&](const std::string& names) {
-        std::string refused;
-        for (const auto& [name, why] : refused_registrations_) refused += "; refused " + name + ": " + why;
+        const std::string refused = session_->refused_registrations();
         return "split learning needs " + std::to_string(opts_.clients) + " client(s) with data and one server; within " +
                std::to_string(opts_.register_timeout_ms / 1000) + " s " + std::to_string(clients_.size()) +
                " client(s) and " + (have_server() ? "a" : "no") + " server registered" +
@@ -299,11 +297,7 @@ std::optional<FedClientDetails> SplitDriver::daemon_details(const Registration& 
   try {
     return read_fed_client_details(got.details, got.details_error);
   } catch (const std::invalid_argument& e) {
-    if (warned_.insert(got.peer).second) {  // it registers again every second: once is enough
-      session_->pool().count_refused("registration_details_invalid");
-      refused_registrations_[got.peer] = e.what();
-      log(LogLevel::kWarning, "cleave split: " + got.peer + ": " + e.what() + ": registration refused");
-    }
+    session_->refuse_registration("daemon", got.peer, e.what());
     return std::nullopt;
   }
 }
