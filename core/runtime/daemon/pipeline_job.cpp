@@ -97,13 +97,14 @@ class DaemonIO : public StageIO {
     return text;
   }
 
-  // Throws once `t0` is more than the step's deadline ago: `what` is what the
-  // stage was waiting for.
-  void check_deadline(Clock::time_point t0, const std::string& what) const {
+  // Throws once `t0` is more than the step's deadline ago: `what()` says what
+  // the stage was waiting for (built only then: the waits poll every few ms).
+  template <typename What>
+  void check_deadline(Clock::time_point t0, const What& what) const {
     if (deadline_.count() <= 0 || Clock::now() - t0 <= deadline_) return;
     char waited[32];
     std::snprintf(waited, sizeof waited, "%.1f s", std::chrono::duration<double>(Clock::now() - t0).count());
-    throw std::runtime_error("stage " + std::to_string(job_.assign.stage) + " waited " + waited + " for " + what +
+    throw std::runtime_error("stage " + std::to_string(job_.assign.stage) + " waited " + waited + " for " + what() +
                              " (the step's deadline is " + std::to_string(deadline_.count()) + " ms): the link stalled");
   }
 
@@ -117,7 +118,7 @@ class DaemonIO : public StageIO {
     for (;;) {
       if (auto t = ctx_.channel.take_tensor(kind, step, mb)) return std::move(*t);
       check_alive();
-      check_deadline(t0, tensor_of(kind, step, mb) + " from the coordinator");
+      check_deadline(t0, [&] { return tensor_of(kind, step, mb) + " from the coordinator"; });
       ctx_.channel.poll(Millis(50));
     }
   }
@@ -139,7 +140,7 @@ class DaemonIO : public StageIO {
                                     ": " + r.failure().message);
       ctx_.channel.drain();
       check_alive();
-      check_deadline(t0, tensor_of(kind, step, mb) + " from " + neighbour(side, &link));
+      check_deadline(t0, [&] { return tensor_of(kind, step, mb) + " from " + neighbour(side, &link); });
     }
   }
 
@@ -149,7 +150,9 @@ class DaemonIO : public StageIO {
   // the memory model counts (core/planner/memory_model.h).
   void send(TensorLink& link, Side side, TensorMessage m) {
     const auto t0 = Clock::now();
-    const std::string what = "the link to " + neighbour(side, &link) + " to take " + tensor_of(m.kind, m.step, m.micro_batch);
+    const auto what = [&] {
+      return "the link to " + neighbour(side, &link) + " to take " + tensor_of(m.kind, m.step, m.micro_batch);
+    };
     std::weak_ptr<const void> on_the_wire;
     if (m.owner) {
       auto token = std::make_shared<const std::shared_ptr<const void>>(std::move(m.owner));

@@ -34,12 +34,14 @@ SplitLink::SplitLink(std::unique_ptr<TensorLink> link, std::string peer, const S
 
 // No wait on the cut-layer link lasts for ever: --coordinator-timeout plus
 // four times the slowest wait so far (a minute before the first one ended).
-void SplitLink::check_deadline(Clock::time_point t0, const std::string& what) const {
+// `what()` is built only when the deadline has passed.
+template <typename What>
+void SplitLink::check_deadline(Clock::time_point t0, const What& what) const {
   const auto allowance = slowest_wait_ > Clock::duration::zero() ? 4 * slowest_wait_ : Clock::duration(std::chrono::seconds(60));
   const auto deadline = Millis(ctx_.options.coordinator_timeout_ms) + std::chrono::duration_cast<Millis>(allowance);
   if (Clock::now() - t0 <= deadline) return;
   throw std::runtime_error("waited " + std::to_string(std::chrono::duration_cast<Millis>(Clock::now() - t0).count() / 1000) +
-                           " s for " + what + " over the link to " + peer_ + " (" + link_->describe() +
+                           " s for " + what() + " over the link to " + peer_ + " (" + link_->describe() +
                            "; the deadline is " + std::to_string(deadline.count()) + " ms): the link stalled");
 }
 
@@ -71,7 +73,7 @@ Tensor SplitLink::receive(TensorKind kind, int64_t seq) {
     if (r.is(FailureKind::kRejected))
       log(LogLevel::kWarning, "cleaved " + ctx_.options.name + ": rejected input from " + peer_ + ": " + r.failure().message);
     check_split_job_alive(ctx_);
-    check_deadline(t0, std::string("the ") + kind_key(kind) + " #" + std::to_string(seq));
+    check_deadline(t0, [&] { return std::string("the ") + kind_key(kind) + " #" + std::to_string(seq); });
   }
 }
 
@@ -95,7 +97,7 @@ void SplitLink::send(TensorKind kind, int64_t seq, const Tensor& t) {
     // The peer has not said hello yet: wait for it.
     ctx_.channel.poll(Millis(20));
     check_split_job_alive(ctx_);
-    check_deadline(t0, std::string("the peer to take ") + kind_key(kind) + " #" + std::to_string(seq));
+    check_deadline(t0, [&] { return std::string("the peer to take ") + kind_key(kind) + " #" + std::to_string(seq); });
   }
 }
 

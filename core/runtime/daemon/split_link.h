@@ -78,7 +78,8 @@ class SplitLink {
 
  private:
   using Clock = std::chrono::steady_clock;
-  void check_deadline(Clock::time_point t0, const std::string& what) const;
+  template <typename What>
+  void check_deadline(Clock::time_point t0, const What& what) const;  // split_link.cpp
   void waited_since(Clock::time_point t0);
 
   struct KindRecord {
