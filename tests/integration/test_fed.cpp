@@ -25,6 +25,7 @@
 #include "core/train/train_checkpoint.h"
 #include "device/device.h"
 #include "integration/daemon_cluster.h"
+#include "log_capture.h"
 #include "skip.h"
 
 using namespace cleave;
@@ -199,6 +200,7 @@ TEST_CASE("a client killed mid-round does not stop the round when K are left", "
   o.on_round_started = [&](int round, const std::vector<std::string>&) {
     if (round == 1) kill(victim, SIGKILL);
   };
+  cleave::testing::LogCapture logs;
   nlohmann::json r = train_federated(fed_config("models/mlp.json", 500), o);
   INFO(r.dump(1));
   REQUIRE(r["rounds"].size() == 3);
@@ -206,6 +208,14 @@ TEST_CASE("a client killed mid-round does not stop the round when K are left", "
   CHECK(r2["participants"] == 2);
   REQUIRE(r2["dropped"].size() == 1);
   CHECK_THAT(r2["dropped"][0].get<std::string>(), Catch::Contains("dev2"));
+  // The log names the dropout's round as the JSON does (the finding: "(round 1)" for JSON's round 2).
+  const std::string label = "(round " + std::to_string(r2["round"].get<int>()) + ")";
+  bool logged = false;
+  {
+    std::lock_guard lock(logs.mutex);
+    for (const auto& l : logs.lines) logged |= l.find("dev2") != std::string::npos && l.find(label) != std::string::npos;
+  }
+  CHECK(logged);
   // Closed on the disconnect, not at the round timeout (a loaded machine may be slow, not 60 s slow).
   CHECK(r2["timed_out"] == false);
   CHECK(r2["seconds"].get<double>() < o.round_timeout_s);

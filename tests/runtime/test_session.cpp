@@ -7,7 +7,10 @@
 #include <set>
 #include <stdexcept>
 
+#include <zmq.hpp>
+
 #include "core/runtime/coordinator/session.h"
+#include "log_capture.h"
 #include "transport/endpoint.h"
 
 using namespace cleave;
@@ -141,4 +144,21 @@ TEST_CASE("a job that throws releases its daemons and the error reaches the call
   // And on success the daemons are released too, after the body's result.
   CHECK(session.run_job({name}, false, [] { return 7; }) == 7);
   CHECK(std::holds_alternative<FinishCmd>(next_command(*a)));
+}
+
+TEST_CASE("a message the transport rejects is logged once, and counted in the audit", "[runtime][session]") {
+  cleave::testing::LogCapture logs;
+  Session session(plain("cleave test"));
+  // Raw junk on a plain DEALER: a frame no cleave endpoint would send.
+  zmq::context_t ctx;
+  zmq::socket_t junk(ctx, zmq::socket_type::dealer);
+  junk.set(zmq::sockopt::linger, 0);
+  junk.connect(session.server().endpoint());
+  junk.send(zmq::str_buffer("not a cleave message"), zmq::send_flags::none);
+  const auto t0 = std::chrono::steady_clock::now();
+  while (logs.count("rejected") == 0 && std::chrono::steady_clock::now() - t0 < 5s) (void)session.pool().receive(50ms);
+  for (int i = 0; i < 10; ++i) (void)session.pool().receive(20ms);  // a second line would be written by now
+  INFO("log: " << logs.count("rejected") << " line(s)");
+  CHECK(logs.count("rejected") == 1);  // the finding: the endpoint and the pool each logged it
+  CHECK(session.server().stats().messages_rejected == 1);
 }

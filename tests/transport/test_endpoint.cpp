@@ -18,30 +18,14 @@
 #include "transport/endpoint.h"
 #include "transport/log.h"
 #include "transport/schema/cleave_generated.h"
+#include "log_capture.h"
 
 using namespace cleave::transport;
 using namespace std::chrono_literals;
+using cleave::testing::LogCapture;
 
 namespace {
 
-// Captures transport log lines for the duration of a test.
-struct LogCapture {
-  std::mutex mutex;
-  std::vector<std::string> lines;
-  LogCapture() {
-    set_log_sink([this](LogLevel, std::string_view s) {
-      std::lock_guard lock(mutex);
-      lines.emplace_back(s);
-    });
-  }
-  ~LogCapture() { set_log_sink({}); }
-  bool contains(const std::string& needle) {
-    std::lock_guard lock(mutex);
-    for (const auto& l : lines)
-      if (l.find(needle) != std::string::npos) return true;
-    return false;
-  }
-};
 
 struct Keys {
   KeyPair server = generate_keypair();
