@@ -14,6 +14,8 @@
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
+# cleaved is a program over libcleave.so: installed, it finds the library in ../lib.
+set_target_properties(cleaved PROPERTIES INSTALL_RPATH "$ORIGIN/../${CMAKE_INSTALL_LIBDIR}")
 install(TARGETS cleave cleaved RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 
 set_target_properties(cleave_shared PROPERTIES EXPORT_NAME cleave)

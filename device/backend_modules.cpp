@@ -39,6 +39,16 @@ fs::path executable_dir() {
   return ec ? fs::path() : exe.parent_path();
 }
 
+// The directory of the binary this code is linked into: libcleave.so for an
+// app that loads the SDK, else the executable itself.
+fs::path own_binary_dir() {
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<void*>(&own_binary_dir), &info) == 0 || !info.dli_fname) return {};
+  std::error_code ec;
+  const fs::path file = fs::canonical(info.dli_fname, ec);
+  return ec ? fs::path() : file.parent_path();
+}
+
 std::string joined(const std::vector<std::string>& dirs) {
   std::string s;
   for (const std::string& d : dirs) s += (s.empty() ? "" : ", ") + d;
@@ -95,6 +105,9 @@ std::string backend_module_file(Backend backend) {
 std::vector<std::string> backend_module_dirs() {
   if (const char* env = std::getenv("CLEAVE_BACKEND_DIR"); env && *env) return {env};
   std::vector<std::string> dirs;
+  // Installed, the modules sit in lib/cleave/ beside libcleave.so (wherever the app itself lives).
+  const fs::path own = own_binary_dir();
+  if (!own.empty() && own != executable_dir()) dirs.push_back((own / "cleave").string());
   const fs::path exe = executable_dir();
   if (!exe.empty()) {
     dirs.push_back(exe.string());

@@ -7,7 +7,8 @@
 // for them maps none of their libraries (OpenCL, CLBlast, cudart, cuBLAS). Each
 // module exports one C function, cleave_backend_open (CLEAVE_BACKEND_MODULE
 // below). The modules are found, in order, in $CLEAVE_BACKEND_DIR (when set,
-// the only place looked in), next to the executable, in <executable>/../lib/cleave,
+// the only place looked in), in lib/cleave/ beside libcleave.so when the SDK is a shared library (the
+// installed layout, wherever the app lives), next to the executable, in <executable>/../lib/cleave,
 // and in the build tree's module directory.
 //
 // Every factory throws std::runtime_error with a clear message when its module,

@@ -1,58 +1,44 @@
-// cleave.cpp: the embedding SDK's C API (include/cleave/cleave.h) over the
-// daemon library: a cleave_options becomes DaemonOptions, a started client
-// runs run_daemon (core/runtime/daemon/daemon.h) on a thread it owns.
-//
-// Every entry point is `guarded`: whatever is thrown inside becomes a status
-// and a thread-local message (the way CLBlast's clblast.cpp dispatches its
-// exceptions), so nothing C++ crosses the boundary.
+// cleave.cpp: the embedding SDK's C API (include/cleave/cleave.h): errors,
+// version and the typed option setters. The client is in client.cpp, the
+// setter by name (cleave_options_set) in named_options.cpp.
 #include "cleave/cleave.h"
 
 #include <zmq.h>
 
 #include <algorithm>
-#include <chrono>
-#include <condition_variable>
 #include <exception>
-#include <filesystem>
-#include <memory>
-#include <mutex>
 #include <new>
 #include <stdexcept>
 #include <string>
-#include <thread>
-#include <vector>
 
-#include "core/data/dataset.h"
-#include "core/runtime/daemon/daemon.h"
 #include "core/runtime/daemon/fed_client.h"
-#include "device/device.h"
+#include "sdk/internal.h"
 #include "transport/keys.h"
-#include "transport/log.h"
 
-namespace {
+namespace cleave::sdk {
 
-thread_local std::string t_last_error;
+thread_local std::string t_last_error;  // cleave_last_error()'s text
 thread_local const char* t_entry = "cleave";  // the entry point running on this thread, for messages
 
-// The app's data callback failed, returned short or gave invalid samples.
-struct DataCallbackError : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
+void enter(const char* function) { t_entry = function; }
 
-// Records `message` (prefixed with the entry point) as this thread's last error.
 cleave_status fail(cleave_status status, const std::string& message) {
   t_last_error = std::string(t_entry) + ": " + message;
   return status;
 }
 
-// The status (and message) of the exception being handled; call inside a catch.
+cleave_status fail_verbatim(cleave_status status, const std::string& message) {
+  t_last_error = message;
+  return status;
+}
+
 cleave_status status_of_current_exception(std::string& message) {
   try {
     throw;
   } catch (const DataCallbackError& e) {
     message = e.what();
     return CLEAVE_ERR_DATA_CALLBACK;
-  } catch (const cleave::OutOfMemory& e) {
+  } catch (const OutOfMemory& e) {
     message = e.what();
     return CLEAVE_ERR_OUT_OF_MEMORY;
   } catch (const std::bad_alloc&) {
@@ -73,23 +59,27 @@ cleave_status status_of_current_exception(std::string& message) {
   }
 }
 
-// Runs an entry point's body; nothing it throws escapes.
-template <typename Body>
-cleave_status guarded(const char* function, Body&& body) noexcept {
-  t_entry = function;
-  try {
-    return body();
-  } catch (...) {
-    std::string message;
-    const cleave_status s = status_of_current_exception(message);
-    return fail(s, message);
-  }
+bool is_device_name(const std::string& name) {
+  return !name.empty() && name.size() <= 64 && std::all_of(name.begin(), name.end(), [](char ch) {
+    return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') || ch == '.' ||
+           ch == '_' || ch == '-';
+  });
 }
 
-#define CLEAVE_REQUIRE(cond, what)                                                            \
-  do {                                                                                        \
-    if (!(cond)) return fail(CLEAVE_ERR_INVALID_ARGUMENT, what);                                \
-  } while (false)
+transport::LogLevel log_level_named(const std::string& name) {
+  if (name == "debug") return transport::LogLevel::kDebug;
+  if (name == "info") return transport::LogLevel::kInfo;
+  if (name == "warning") return transport::LogLevel::kWarning;
+  if (name == "error") return transport::LogLevel::kError;
+  throw std::invalid_argument("log level '" + name + "' is not debug, info, warning or error");
+}
+
+}  // namespace cleave::sdk
+
+namespace {
+
+using cleave::sdk::fail;
+using cleave::sdk::guarded;
 
 // A Z85 CURVE key: 40 characters that decode to 32 bytes.
 bool is_z85_key(const char* text) {
@@ -98,209 +88,11 @@ bool is_z85_key(const char* text) {
   return zmq_z85_decode(bytes, text) != nullptr;
 }
 
-bool is_device_name(const std::string& name) {
-  return !name.empty() && name.size() <= 64 && std::all_of(name.begin(), name.end(), [](char ch) {
-    return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') || ch == '.' ||
-           ch == '_' || ch == '-';
-  });
-}
-
-// What cleave_options_set_data describes.
-struct AppData {
-  int64_t samples = 0;
-  cleave::Shape shape;
-  int num_classes = 0;
-  cleave_fill_fn fill = nullptr;
-  void* user = nullptr;
-};
-
-}  // namespace
-
-struct cleave_options {
-  cleave::DaemonOptions daemon;
-  bool keys_set = false;
-  cleave_role role = CLEAVE_ROLE_STAGE;
-  AppData data;
-  cleave_progress_fn progress = nullptr;
-  void* progress_user = nullptr;
-  cleave_log_fn log = nullptr;
-  void* log_user = nullptr;
-};
-
-struct cleave_client {
-  cleave_options options;
-  std::atomic<bool> stop{false};
-  std::atomic<bool> release{false};
-  std::thread thread;
-  std::thread::id thread_id;  // the client's thread, once started
-  mutable std::mutex mutex;   // guards everything below
-  std::condition_variable ended_cv;
-  bool started = false;
-  bool ended = false;
-  cleave_status result = CLEAVE_OK;
-  std::string result_message;
-  cleave_client_info info{};
-  std::string no_coordinator_message;
-  bool refused_key = false;
-};
-
-namespace {
-
-// ---- Logging: one process-wide sink fanning out to the clients that asked.
-
-std::mutex g_log_mutex;
-std::vector<const cleave_client*> g_log_clients;
-
-void log_to_clients(cleave::transport::LogLevel level, std::string_view line) {
-  const std::string text(line);
-  std::lock_guard<std::mutex> lock(g_log_mutex);
-  for (const cleave_client* c : g_log_clients) {
-    try {
-      c->options.log(c->options.log_user, static_cast<cleave_log_level>(level), text.c_str());
-    } catch (...) {  // an app's C++ callback that throws: the line is lost, nothing else
-    }
-  }
-}
-
-void add_log_client(const cleave_client* c) {
-  std::lock_guard<std::mutex> lock(g_log_mutex);
-  g_log_clients.push_back(c);
-  if (g_log_clients.size() == 1) cleave::transport::set_log_sink(log_to_clients);
-}
-
-void remove_log_client(const cleave_client* c) {
-  std::lock_guard<std::mutex> lock(g_log_mutex);
-  g_log_clients.erase(std::remove(g_log_clients.begin(), g_log_clients.end(), c), g_log_clients.end());
-  if (g_log_clients.empty()) cleave::transport::set_log_sink({});
-}
-
-// ---- The client's thread.
-
-// Reads the app's samples through its callback, 256 at a time; throws
-// DataCallbackError when it fails, returns short or gives invalid labels.
-std::shared_ptr<const cleave::Dataset> read_app_data(const AppData& app, const std::atomic<bool>& stop) {
-  auto data = std::make_shared<cleave::Dataset>();
-  data->name = "app";
-  data->sample_shape = app.shape;
-  data->num_classes = app.num_classes;
-  const int64_t per = data->sample_numel();
-  data->x.resize(static_cast<size_t>(app.samples * per));
-  data->y.resize(static_cast<size_t>(app.samples));
-  constexpr int64_t kChunk = 256;
-  std::vector<int64_t> indices;
-  for (int64_t lo = 0; lo < app.samples && !stop; lo += kChunk) {
-    const int64_t count = std::min(kChunk, app.samples - lo);
-    indices.resize(static_cast<size_t>(count));
-    for (int64_t k = 0; k < count; ++k) indices[static_cast<size_t>(k)] = lo + k;
-    int64_t got = -1;
-    try {
-      got = app.fill(app.user, indices.data(), count, data->x.data() + lo * per, data->y.data() + lo);
-    } catch (...) {
-      throw DataCallbackError("the data callback threw for samples [" + std::to_string(lo) + ", " +
-                              std::to_string(lo + count) + ")");
-    }
-    const std::string range = "samples [" + std::to_string(lo) + ", " + std::to_string(lo + count) + ")";
-    if (got < 0) throw DataCallbackError("the data callback failed (returned " + std::to_string(got) + ") for " + range);
-    if (got != count)
-      throw DataCallbackError("the data callback returned short: " + std::to_string(got) + " of " +
-                              std::to_string(count) + " " + range);
-  }
-  try {
-    cleave::check_dataset(*data);
-  } catch (const std::exception& e) {
-    throw DataCallbackError(std::string("the data callback gave invalid samples: ") + e.what());
-  }
-  return data;
-}
-
-cleave_job job_of(const std::string& kind) {
-  if (kind == "fed") return CLEAVE_JOB_FED;
-  if (kind == "split") return CLEAVE_JOB_SPLIT;
-  return CLEAVE_JOB_STAGE;
-}
-
-// The daemon's events: the client's status, then the app's progress callback.
-void on_daemon_event(cleave_client* c, const cleave::DaemonEvent& e) {
-  using Kind = cleave::DaemonEvent::Kind;
-  cleave_progress p{CLEAVE_EVENT_CONNECTED, job_of(e.job), -1, 0.0};
-  {
-    std::lock_guard<std::mutex> lock(c->mutex);
-    switch (e.kind) {
-      case Kind::connected: c->info.state = CLEAVE_STATE_WAITING; p.job = CLEAVE_JOB_NONE; break;
-      case Kind::job_started: c->info.state = CLEAVE_STATE_IN_JOB; c->info.job = p.job; p.event = CLEAVE_EVENT_JOB_STARTED; break;
-      case Kind::progress: c->info.step = p.step = e.step; c->info.loss = p.loss = e.loss; p.event = CLEAVE_EVENT_ROUND; break;
-      case Kind::job_ended:
-        c->info.state = CLEAVE_STATE_WAITING;
-        c->info.job = CLEAVE_JOB_NONE;
-        ++c->info.jobs_done;
-        p.event = CLEAVE_EVENT_JOB_ENDED;
-        break;
-      case Kind::no_coordinator: c->no_coordinator_message = e.message; c->refused_key = e.refused_key; return;
-    }
-  }
-  if (!c->options.progress) return;
-  try {
-    c->options.progress(c->options.progress_user, &p);
-  } catch (...) {  // never into the daemon
-  }
-}
-
-// The body of the client's thread: data, then the daemon; returns how it ended.
-cleave_status run_client(cleave_client* c, std::string& message) {
-  auto end = [&message](cleave_status status, std::string why) {
-    message = std::move(why);
-    return status;
-  };
-  cleave::DaemonOptions d = c->options.daemon;
-  if (c->options.data.fill) {
-    d.fed.supplied = read_app_data(c->options.data, c->stop);
-    if (c->stop) return end(CLEAVE_ERR_STOPPED, "stopped by cleave_client_stop");
-  }
-  {
-    std::lock_guard<std::mutex> lock(c->mutex);
-    c->info.state = CLEAVE_STATE_CONNECTING;
-  }
-  d.on_event = [c](const cleave::DaemonEvent& e) { on_daemon_event(c, e); };
-  d.release_requested = [c] { return c->release.exchange(false); };
-  const int code = cleave::run_daemon(d, c->stop);
-  if (code == cleave::kExitNoCoordinator) {
-    std::lock_guard<std::mutex> lock(c->mutex);
-    return end(c->refused_key ? CLEAVE_ERR_REFUSED_KEY : CLEAVE_ERR_UNREACHABLE, c->no_coordinator_message);
-  }
-  if (c->stop) return end(CLEAVE_ERR_STOPPED, "stopped by cleave_client_stop");
-  if (code != 0) return end(CLEAVE_ERR_INTERNAL, "the client ended with code " + std::to_string(code));
-  return CLEAVE_OK;
-}
-
-void client_thread(cleave_client* c) {
-  if (c->options.log) add_log_client(c);
-  std::string message;
-  cleave_status status = CLEAVE_OK;
-  try {
-    status = run_client(c, message);
-  } catch (...) {
-    status = status_of_current_exception(message);
-  }
-  if (c->options.log) remove_log_client(c);
-  std::lock_guard<std::mutex> lock(c->mutex);
-  c->result = status;
-  c->result_message = message;
-  c->info.state = CLEAVE_STATE_ENDED;
-  c->info.job = CLEAVE_JOB_NONE;
-  c->ended = true;
-  c->ended_cv.notify_all();
-}
-
-bool on_client_thread(const cleave_client* c) {
-  std::lock_guard<std::mutex> lock(c->mutex);
-  return c->started && c->thread_id == std::this_thread::get_id();
-}
-
 }  // namespace
 
 // ---- Status and version
 
-extern "C" const char* cleave_last_error(void) { return t_last_error.c_str(); }
+extern "C" const char* cleave_last_error(void) { return cleave::sdk::t_last_error.c_str(); }
 
 extern "C" const char* cleave_version(void) { return CLEAVE_VERSION_STRING; }
 
@@ -365,7 +157,7 @@ extern "C" cleave_status cleave_options_set_keys_z85(cleave_options* options, co
 extern "C" cleave_status cleave_options_set_name(cleave_options* options, const char* name) {
   return guarded(__func__, [&] {
     CLEAVE_REQUIRE(options && name, "options or name is null");
-    CLEAVE_REQUIRE(is_device_name(name), std::string("the device name '") + name + "' is not 1..64 of [A-Za-z0-9._-]");
+    CLEAVE_REQUIRE(cleave::sdk::is_device_name(name), std::string("the device name '") + name + "' is not 1..64 of [A-Za-z0-9._-]");
     options->daemon.name = name;
     return CLEAVE_OK;
   });
@@ -422,7 +214,7 @@ extern "C" cleave_status cleave_options_set_max_jobs(cleave_options* options, in
 extern "C" cleave_status cleave_options_set_role(cleave_options* options, cleave_role role) {
   return guarded(__func__, [&] {
     CLEAVE_REQUIRE(options, "options is null");
-    CLEAVE_REQUIRE(role == CLEAVE_ROLE_STAGE || role == CLEAVE_ROLE_FED_CLIENT || role == CLEAVE_ROLE_SPLIT_CLIENT,
+    CLEAVE_REQUIRE(role >= CLEAVE_ROLE_STAGE && role <= CLEAVE_ROLE_DATA_CLIENT,
                    "unknown role " + std::to_string(static_cast<int>(role)));
     options->role = role;
     return CLEAVE_OK;
@@ -437,7 +229,7 @@ extern "C" cleave_status cleave_options_set_data(cleave_options* options, int64_
     CLEAVE_REQUIRE(num_samples > 0, "num_samples must be positive");
     CLEAVE_REQUIRE(sample_dims >= 1 && sample_dims <= 4, "sample_dims must be 1 to 4");
     CLEAVE_REQUIRE(num_classes >= 0, "num_classes must be >= 0 (0 = regression targets)");
-    AppData d;
+    cleave::sdk::AppData d;
     d.shape.assign(sample_shape, sample_shape + sample_dims);
     int64_t numel = 1;
     for (int64_t n : d.shape) {
@@ -478,99 +270,3 @@ extern "C" cleave_status cleave_options_set_log_callback(cleave_options* options
   });
 }
 
-// ---- Client
-
-extern "C" cleave_status cleave_client_create(const cleave_options* options, cleave_client** out) {
-  return guarded(__func__, [&] {
-    CLEAVE_REQUIRE(options && out, "options or out is null");
-    *out = nullptr;
-    const cleave::DaemonOptions& d = options->daemon;
-    CLEAVE_REQUIRE(!d.coordinator.empty(), "no coordinator: call cleave_options_set_coordinator");
-    CLEAVE_REQUIRE(options->keys_set, "no keys: call cleave_options_set_key_files or cleave_options_set_keys_z85");
-    const std::string stem = d.key_path.empty() ? "" : std::filesystem::path(d.key_path).stem().string();
-    CLEAVE_REQUIRE(!d.name.empty() || is_device_name(stem),
-                   "no device name: call cleave_options_set_name (keys given as Z85 carry no name)");
-    const bool data_role = options->role != CLEAVE_ROLE_STAGE;
-    CLEAVE_REQUIRE(!data_role || options->data.fill, "a federated or split-learning client needs data: call "
-                                                     "cleave_options_set_data");
-    auto c = std::make_unique<cleave_client>();
-    c->options = *options;
-    if (!data_role) c->options.data = AppData{};  // a stage device holds no data
-    c->info.role = options->role;
-    c->info.state = CLEAVE_STATE_CREATED;
-    c->info.job = CLEAVE_JOB_NONE;
-    c->info.step = -1;
-    *out = c.release();
-    return CLEAVE_OK;
-  });
-}
-
-extern "C" cleave_status cleave_client_destroy(cleave_client* client) {
-  return guarded(__func__, [&] {
-    if (!client) return CLEAVE_OK;
-    if (on_client_thread(client))
-      return fail(CLEAVE_ERR_WRONG_STATE, "called from the client's own callback");
-    client->stop = true;
-    if (client->thread.joinable()) client->thread.join();
-    delete client;
-    return CLEAVE_OK;
-  });
-}
-
-extern "C" cleave_status cleave_client_start(cleave_client* client) {
-  return guarded(__func__, [&] {
-    CLEAVE_REQUIRE(client, "client is null");
-    std::lock_guard<std::mutex> lock(client->mutex);
-    if (client->started) return fail(CLEAVE_ERR_WRONG_STATE, "the client was already started");
-    client->info.state = client->options.data.fill ? CLEAVE_STATE_LOADING : CLEAVE_STATE_CONNECTING;
-    client->thread = std::thread(client_thread, client);
-    client->thread_id = client->thread.get_id();
-    client->started = true;
-    return CLEAVE_OK;
-  });
-}
-
-extern "C" cleave_status cleave_client_stop(cleave_client* client) {
-  return guarded(__func__, [&] {
-    CLEAVE_REQUIRE(client, "client is null");
-    std::lock_guard<std::mutex> lock(client->mutex);
-    if (!client->started) return fail(CLEAVE_ERR_WRONG_STATE, "the client was not started");
-    client->stop = true;
-    return CLEAVE_OK;
-  });
-}
-
-extern "C" cleave_status cleave_client_wait(cleave_client* client, int timeout_ms) {
-  return guarded(__func__, [&] {
-    CLEAVE_REQUIRE(client, "client is null");
-    if (on_client_thread(client))
-      return fail(CLEAVE_ERR_WRONG_STATE, "called from the client's own callback");
-    std::unique_lock<std::mutex> lock(client->mutex);
-    if (!client->started) return fail(CLEAVE_ERR_WRONG_STATE, "the client was not started");
-    auto ended = [client] { return client->ended; };
-    if (timeout_ms < 0) {
-      client->ended_cv.wait(lock, ended);
-    } else if (!client->ended_cv.wait_for(lock, std::chrono::milliseconds(timeout_ms), ended)) {
-      return fail(CLEAVE_ERR_TIMEOUT, "still running after " + std::to_string(timeout_ms) + " ms");
-    }
-    if (client->result != CLEAVE_OK) return fail(client->result, client->result_message);
-    return CLEAVE_OK;
-  });
-}
-
-extern "C" cleave_status cleave_client_get_status(const cleave_client* client, cleave_client_info* out) {
-  return guarded(__func__, [&] {
-    CLEAVE_REQUIRE(client && out, "client or out is null");
-    std::lock_guard<std::mutex> lock(client->mutex);
-    *out = client->info;
-    return CLEAVE_OK;
-  });
-}
-
-extern "C" cleave_status cleave_client_release_memory(cleave_client* client) {
-  return guarded(__func__, [&] {
-    CLEAVE_REQUIRE(client, "client is null");
-    client->release = true;
-    return CLEAVE_OK;
-  });
-}

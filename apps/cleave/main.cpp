@@ -5,6 +5,7 @@
 #include <string>
 
 #include "apps/cleave/commands.h"
+#include "cleave/version.h"
 #include "device/cpu/openmp_policy.h"
 #include "transport/allow_watch.h"
 
@@ -37,7 +38,7 @@ int main(int argc, char** argv) {
   std::signal(SIGHUP, on_sighup);
   CLI::App app{"cleave: train one neural network across several small devices"};
   app.require_subcommand(1);
-  app.set_version_flag("--version", "cleave 0.1.0");
+  app.set_version_flag("--version", "cleave " CLEAVE_VERSION_STRING);
   // Bad command lines: "cleave: error: WHAT" and where to find the flags.
   app.failure_message([](const CLI::App* root, const CLI::Error& e) { return usage_error(*root, e.what()); });
 #define CLEAVE_COMMAND(name) cleave::add_##name##_command(app);

@@ -32,6 +32,8 @@ FedClientDetails read_fields(const nlohmann::json& details) {
     throw std::invalid_argument("\"shard\" must be " + like + ", got " + json_excerpt(nlohmann::json(d.shard)));
   d.partition = json_string(details, "partition", d.partition);
   d.dataset = json_string(details, "dataset", d.dataset);
+  d.fed_jobs = json_bool(details, "fed_jobs", d.fed_jobs);
+  d.split_jobs = json_bool(details, "split_jobs", d.split_jobs);
   return d;
 }
 

@@ -21,6 +21,10 @@ struct FedClientDetails {
   std::string shard = "?";    // "i/N"
   std::string partition = "?";
   std::string dataset;
+  // Which data jobs it takes ("fed_jobs" / "split_jobs", both by default): an
+  // SDK app that joined as a federated client is never made a split client.
+  bool fed_jobs = true;
+  bool split_jobs = true;
 };
 
 // Reads `details` (an object, already parsed within kPeerJsonLimits; when

@@ -13,6 +13,8 @@
  *     failure cleave_last_error() says what went wrong, in words.
  *   - No C++ exception and no C++ type crosses this boundary.
  *   - Null handles and null required pointers return CLEAVE_ERR_INVALID_ARGUMENT.
+ *   - A failing call's message starts with the call's name ("cleave_options_set: ...");
+ *     what cleave_client_wait reports about a run that failed is the run's own message.
  *   - Every `const char*` argument is read (copied) during the call only: the
  *     caller keeps owning it and may free it on return.
  *   - Out-structs are owned by the caller; the SDK only writes them.
@@ -88,10 +90,19 @@ CLEAVE_API const char* cleave_version(void);
  * CLEAVE_ERR_DATA_CALLBACK. */
 typedef int64_t (*cleave_fill_fn)(void* user, const int64_t* indices, int64_t count, float* inputs, float* labels);
 
+/* What the client offers the coordinator. Every role hosts pipeline stages
+ * (layers of someone else's model; no data of its own is involved). A data
+ * role also holds data (cleave_options_set_data, or the option "dataset") and
+ * takes only the data jobs it names: a federated client's updates are whole
+ * parameter blocks, while a split-learning client sends its cut layer's
+ * activations, which say more about its samples, so an app that joined as a
+ * federated client is never made a split-learning client (the coordinator is
+ * refused, with a message) and the reverse. */
 typedef enum cleave_role {
-  CLEAVE_ROLE_STAGE = 0,       /* a pipeline stage device: hosts layers, no data of its own */
-  CLEAVE_ROLE_FED_CLIENT = 1,  /* a federated client training on its own data (needs a data source) */
-  CLEAVE_ROLE_SPLIT_CLIENT = 2 /* a split-learning client holding its data (needs a data source) */
+  CLEAVE_ROLE_STAGE = 0,        /* a pipeline stage device: hosts layers, no data of its own */
+  CLEAVE_ROLE_FED_CLIENT = 1,   /* a federated client training on its own data (needs a data source) */
+  CLEAVE_ROLE_SPLIT_CLIENT = 2, /* a split-learning client holding its data (needs a data source) */
+  CLEAVE_ROLE_DATA_CLIENT = 3   /* both of the above (what `cleaved --dataset` is) */
 } cleave_role;
 
 typedef enum cleave_state {
@@ -192,6 +203,30 @@ CLEAVE_API cleave_status cleave_options_set_progress_callback(cleave_options* op
                                                               void* user);
 /* fn may be null (log lines go to stderr). `user` as for set_data. */
 CLEAVE_API cleave_status cleave_options_set_log_callback(cleave_options* options, cleave_log_fn fn, void* user);
+
+/* Sets an option by name from text, exactly as the `cleaved` flag of that name
+ * takes it: `cleaved --NAME VALUE` is cleave_options_set(o, "NAME", "VALUE")
+ * (a switch takes "true" or "false"). This is how a program configures a
+ * client from its own command line or configuration file; every typed setter
+ * above is also reachable this way. Names:
+ *   coordinator, key, coordinator-key, name, backend, threads, memory-limit
+ *   ("512M", "4G" or bytes), bandwidth-limit ("100mbit", "10MB/s"),
+ *   connect-timeout (seconds), max-jobs, role (stage | fed-client |
+ *   split-client | data-client), peer-bind (where the previous pipeline stage
+ *   dials in, tcp://IP:PORT, port * for any), coordinator-timeout (ms of
+ *   coordinator silence after which a job is abandoned), insecure (plain TCP
+ *   without CURVE; debugging only), log-level (debug | info | warning | error;
+ *   process-wide, applied at start);
+ *   data from a file instead of callbacks (docs/data.md): dataset
+ *   (fashion-mnist, a CSV file or an IDX directory), data (the same, a path),
+ *   dataset-dir, shard ("i/N"), partition (iid | dirichlet:ALPHA), seed,
+ *   limit-train (use only the first N training samples before sharding);
+ *   test hooks (not covered by the stability promise): poison.
+ * "key" and "coordinator-key" are files, read and checked now; the name
+ * defaults to the key's stem. CLEAVE_ERR_INVALID_ARGUMENT (the message names
+ * the option and says what it takes) for an unknown name or a bad value; the
+ * option keeps its old value then. */
+CLEAVE_API cleave_status cleave_options_set(cleave_options* options, const char* name, const char* value);
 
 /* ---- Client -------------------------------------------------------------- */
 

@@ -107,6 +107,10 @@ class Options {
   Options& connect_timeout_ms(int ms) { return call(cleave_options_set_connect_timeout(get(), ms)); }
   Options& max_jobs(int jobs) { return call(cleave_options_set_max_jobs(get(), jobs)); }
   Options& role(cleave_role r) { return call(cleave_options_set_role(get(), r)); }
+  // Any option by the name of its `cleaved` flag, from text (cleave_options_set).
+  Options& set(const std::string& name, const std::string& value) {
+    return call(cleave_options_set(get(), name.c_str(), value.c_str()));
+  }
   // `fill` as cleave_fill_fn without the user pointer; it may throw.
   Options& data(int64_t num_samples, const std::vector<int64_t>& sample_shape, int num_classes,
                 const std::string& shard,

@@ -240,10 +240,12 @@ std::optional<FedClientDetails> FedDriver::client_details(const Registration& go
     session_->refuse_registration("client", got.peer, e.what());
     return std::nullopt;
   }
-  if (!d.fed_client) {
+  if (!d.fed_client || !d.fed_jobs) {
     if (warned_.insert(got.peer).second)
       log(LogLevel::kWarning, "cleave fed: device " + got.peer +
-                                  " registered without data (not a federated client): ignored");
+                                  (d.fed_client ? " joined as a split-learning client only (not a federated client): "
+                                                  "ignored"
+                                                : " registered without data (not a federated client): ignored"));
     return std::nullopt;
   }
   return d;

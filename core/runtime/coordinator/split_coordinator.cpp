@@ -260,6 +260,11 @@ void SplitDriver::register_daemons() {
         const std::optional<FedClientDetails> details = daemon_details(got);
         if (!details) return;
         const bool has_data = details->fed_client;
+        if (has_data && !details->split_jobs) {  // an SDK app that joined as a federated client only
+          if (warned_.insert(got.peer).second)
+            log(LogLevel::kInfo, "cleave split: " + got.peer + " joined as a federated client only: left idle");
+          return;
+        }
         const bool named_server = !opts_.server.empty() && got.peer == opts_.server;
         if (named_server || (!has_data && opts_.server.empty() && data_less.empty())) {
           pool.add(got.peer, got.reg, got.details);

@@ -1,6 +1,8 @@
 // daemon.cpp: the cleaved service loop; see daemon.h and docs/protocol.md.
 #include "core/runtime/daemon/daemon.h"
 
+#include "cleave/version.h"
+
 #include <chrono>
 #include <filesystem>
 #include <memory>
@@ -72,12 +74,22 @@ JobEnd dispatch_job(const JobContext& ctx, FedClient* fed, const AssignMsg& a, u
                                      "start cleaved with --dataset and --shard i/N", rid));
       return JobEnd::refused;
     }
+    if (client_role && !ctx.options.split_client_jobs) {
+      ctx.channel.send(error_message(ErrorCode::kRefused, name + " joined as a federated client only: its data "
+                                     "does not leave it as activations; assign it federated jobs", rid));
+      return JobEnd::refused;
+    }
     return client_role ? run_split_client(ctx, fed->data(), ctx.options.fed, a, rid) : run_split_server(ctx, a, rid);
   }
   if (std::holds_alternative<FedJob>(a.job)) {  // fed_client.h
     if (!fed) {
       ctx.channel.send(error_message(ErrorCode::kRefused, name + " is not a federated client: start cleaved "
                                      "with --dataset and --shard i/N", rid));
+      return JobEnd::refused;
+    }
+    if (!ctx.options.fed_jobs) {
+      ctx.channel.send(error_message(ErrorCode::kRefused, name + " joined as a split-learning client only: "
+                                     "assign it split-learning jobs", rid));
       return JobEnd::refused;
     }
     FedRoundHook on_round;
@@ -148,7 +160,11 @@ int run_daemon(const DaemonOptions& opts_in, const std::atomic<bool>& stop) {
                             {"cpu_threads", device->backend() == Backend::cpu
                                                 ? (opts.threads > 0 ? std::min(opts.threads, host_cores) : host_cores)
                                                 : 0}};
-  if (fed) details.update(fed->register_details());  // [fed] the client's data (size only, never samples)
+  if (fed) {  // [fed] the client's data (size only, never samples), and which data jobs it takes
+    details.update(fed->register_details());
+    details["fed_jobs"] = opts.fed_jobs;
+    details["split_jobs"] = opts.split_client_jobs;
+  }
   const std::string details_json = details.dump();
   auto register_message = [&] {
     RegisterMsg r;
@@ -159,7 +175,7 @@ int run_daemon(const DaemonOptions& opts_in, const std::atomic<bool>& stop) {
     r.memory_free = mem.free;
     r.compute_gflops = gflops;
     r.public_key = keys.public_key;
-    r.software_version = "cleave 0.1.0";
+    r.software_version = "cleave " CLEAVE_VERSION_STRING;
     r.details_json = details_json;
     Message m;
     m.body = r;

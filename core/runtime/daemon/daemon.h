@@ -57,6 +57,11 @@ struct DaemonOptions {
   int coordinator_timeout_ms = 10000;  // a job is abandoned after this much silence
   int connect_timeout_ms = 0;      // give up when not connected this long after start (0: keep trying)
   FedClientOptions fed;            // federated client data (--dataset/--shard); empty: none (fed_client.h)
+  // Which data jobs a daemon holding data takes (the SDK's roles): a federated
+  // client sends parameter blocks, a split-learning client its cut layer's
+  // activations, which say more about its samples. Both for `cleaved --dataset`.
+  bool fed_jobs = true;
+  bool split_client_jobs = true;
   // An embedding app's keys as Z85 text, used instead of key_path /
   // coordinator_key_path when set (the SDK; cleaved reads files).
   std::string secret_key_z85;
