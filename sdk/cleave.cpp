@@ -251,6 +251,23 @@ extern "C" cleave_status cleave_options_set_data(cleave_options* options, int64_
   });
 }
 
+extern "C" cleave_status cleave_options_set_test_data(cleave_options* options, int64_t num_samples,
+                                                      cleave_fill_fn fill, void* user) {
+  return guarded(__func__, [&] {
+    CLEAVE_REQUIRE(options && fill, "options or fill is null");
+    CLEAVE_REQUIRE(options->data.fill, "call cleave_options_set_data first: the test samples take its shape and classes");
+    CLEAVE_REQUIRE(num_samples > 0, "num_samples must be positive");
+    const int64_t numel = cleave::numel(options->data.shape);
+    CLEAVE_REQUIRE(num_samples <= (int64_t{1} << 40) / numel, "the test data is too large to hold in memory");
+    cleave::sdk::AppData t = options->data;
+    t.samples = num_samples;
+    t.fill = fill;
+    t.user = user;
+    options->test_data = t;
+    return CLEAVE_OK;
+  });
+}
+
 extern "C" cleave_status cleave_options_set_progress_callback(cleave_options* options, cleave_progress_fn fn,
                                                               void* user) {
   return guarded(__func__, [&] {

@@ -54,7 +54,9 @@ void remove_log_client(const cleave_client* c) {
 
 // Reads the app's samples through its callback, 256 at a time; throws
 // DataCallbackError when it fails, returns short or gives invalid labels.
-std::shared_ptr<const cleave::Dataset> read_app_data(const AppData& app, const std::atomic<bool>& stop) {
+// `what` names the callback in messages ("data", "test-data").
+std::shared_ptr<const cleave::Dataset> read_app_data(const AppData& app, const char* what,
+                                                     const std::atomic<bool>& stop) {
   auto data = std::make_shared<cleave::Dataset>();
   data->name = "app";
   data->sample_shape = app.shape;
@@ -72,19 +74,21 @@ std::shared_ptr<const cleave::Dataset> read_app_data(const AppData& app, const s
     try {
       got = app.fill(app.user, indices.data(), count, data->x.data() + lo * per, data->y.data() + lo);
     } catch (...) {
-      throw DataCallbackError("the data callback threw for samples [" + std::to_string(lo) + ", " +
+      throw DataCallbackError(std::string("the ") + what + " callback threw for samples [" + std::to_string(lo) + ", " +
                               std::to_string(lo + count) + ")");
     }
     const std::string range = "samples [" + std::to_string(lo) + ", " + std::to_string(lo + count) + ")";
-    if (got < 0) throw DataCallbackError("the data callback failed (returned " + std::to_string(got) + ") for " + range);
+    if (got < 0)
+      throw DataCallbackError(std::string("the ") + what + " callback failed (returned " + std::to_string(got) +
+                              ") for " + range);
     if (got != count)
-      throw DataCallbackError("the data callback returned short: " + std::to_string(got) + " of " +
+      throw DataCallbackError(std::string("the ") + what + " callback returned short: " + std::to_string(got) + " of " +
                               std::to_string(count) + " " + range);
   }
   try {
     cleave::check_dataset(*data);
   } catch (const std::exception& e) {
-    throw DataCallbackError(std::string("the data callback gave invalid samples: ") + e.what());
+    throw DataCallbackError(std::string("the ") + what + " callback gave invalid samples: " + e.what());
   }
   return data;
 }
@@ -130,7 +134,13 @@ cleave_status run_client(cleave_client* c, std::string& message) {
   cleave::DaemonOptions d = c->options.daemon;
   if (!c->options.log_level.empty()) cleave::transport::set_log_level(cleave::sdk::log_level_named(c->options.log_level));
   if (c->options.data.fill) {
-    d.fed.supplied = read_app_data(c->options.data, c->stop);
+    d.fed.supplied = read_app_data(c->options.data, "data", c->stop);
+    if (c->options.test_data.fill && !c->stop) {
+      AppData test = c->options.test_data;
+      test.shape = c->options.data.shape;  // as set_data says now
+      test.num_classes = c->options.data.num_classes;
+      d.fed.supplied_test = read_app_data(test, "test-data", c->stop);
+    }
     if (c->stop) return end(CLEAVE_ERR_STOPPED, "stopped by cleave_client_stop");
   }
   {

@@ -73,6 +73,7 @@ struct cleave_options {
   bool keys_set = false;  // both keys given (files, Z85 text, or "key" + "coordinator-key" by name)
   cleave_role role = CLEAVE_ROLE_STAGE;
   cleave::sdk::AppData data;
+  cleave::sdk::AppData test_data;  // optional: a split client's test samples (same shape and classes as `data`)
   std::string log_level;  // "" (leave it) | debug | info | warning | error: process-wide, applied at start
   cleave_progress_fn progress = nullptr;
   void* progress_user = nullptr;

@@ -3,19 +3,19 @@
 // header-only C++ wrapper (include/cleave/cleave.hpp) only.
 //
 //   split_client --coordinator tcp://HOST:PORT --key dev.key --coordinator-key coordinator.pub
-//                --shard i/n [--data DIR] [--limit N] [--seed S] [--backend B] [--threads T]
+//                --shard i/n [--data DIR] [--limit N] [--limit-test M] [--seed S] [--backend B] [--threads T]
 //
 // It reads Fashion-MNIST's training split from DIR (default
 // /usr/share/datasets/fashion-mnist; IDX files, gzip or plain) with zlib, keeps
 // shard i of n of the first N samples (contiguous without --seed; with it the
 // shard `cleaved --shard i/n --partition iid --seed S --limit-train N` holds:
 // the rule is spelled out in fed_client.c) and serves it from the data
-// callback. The coordinator gives this client the model's first layers; a
-// server daemon holds the rest. Progress (connected, job started and ended) is
-// printed by the progress callback.
-//
-// The SDK has no test-data callback yet: an SDK split client trains, but
-// reports no test samples in the per-epoch evaluation.
+// callback; the test split's shard i of n of the first M test samples likewise
+// from the test-data callback (what `cleave split` evaluates this client's
+// part on; the same samples as cleaved's with `cleave split --limit-test M`).
+// The coordinator gives this client the model's first layers; a server daemon
+// holds the rest. Progress (connected, job started and ended) is printed by
+// the progress callback.
 #include <zlib.h>
 
 #include <algorithm>
@@ -83,9 +83,11 @@ struct Samples {
   int64_t count() const { return static_cast<int64_t>(labels.size()); }
 };
 
-Samples load_shard(const std::string& dir, long limit, long i, long n, bool seeded, uint64_t seed) {
-  const std::vector<unsigned char> px = read_idx(dir, "train-images-idx3-ubyte", 16, limit * kPixels);
-  const std::vector<unsigned char> lb = read_idx(dir, "train-labels-idx1-ubyte", 8, limit);
+// `split` is "train" or "t10k" (the IDX files' prefixes).
+Samples load_shard(const std::string& dir, const std::string& split, long limit, long i, long n, bool seeded,
+                   uint64_t seed) {
+  const std::vector<unsigned char> px = read_idx(dir, split + "-images-idx3-ubyte", 16, limit * kPixels);
+  const std::vector<unsigned char> lb = read_idx(dir, split + "-labels-idx1-ubyte", 8, limit);
   std::vector<long> keep;
   if (seeded) {
     keep = iid_shard(seed, limit, i, n);
@@ -118,18 +120,33 @@ int run(const std::map<std::string, std::string>& flag) {
   };
   long i = 0, n = 0;
   const long limit = std::atol(get("--limit", "60000").c_str());
+  const long limit_test = std::atol(get("--limit-test", "10000").c_str());
   if (get("--coordinator").empty() || get("--key").empty() || get("--coordinator-key").empty() ||
       std::sscanf(get("--shard").c_str(), "%ld/%ld", &i, &n) != 2 || n < 1 || i < 0 || i >= n || limit < n ||
-      limit > 60000) {
+      limit > 60000 || limit_test < n || limit_test > 10000) {
     std::cerr << "usage: split_client --coordinator URL --key FILE --coordinator-key FILE --shard i/n [--data DIR] "
-                 "[--limit N] [--seed S] [--backend B] [--threads T]\n";
+                 "[--limit N] [--limit-test M] [--seed S] [--backend B] [--threads T]\n";
     return 2;
   }
   const bool seeded = flag.count("--seed") != 0;
-  const Samples data = load_shard(get("--data", "/usr/share/datasets/fashion-mnist"), limit, i, n, seeded,
-                                  std::strtoull(get("--seed", "0").c_str(), nullptr, 10));
+  const uint64_t seed = std::strtoull(get("--seed", "0").c_str(), nullptr, 10);
+  const std::string dir = get("--data", "/usr/share/datasets/fashion-mnist");
+  const Samples data = load_shard(dir, "train", limit, i, n, seeded, seed);
+  const Samples test = load_shard(dir, "t10k", limit_test, i, n, seeded, seed);
   std::cout << "split_client: cleave " << cleave::version() << ", shard " << get("--shard") << " ("
-            << (seeded ? "iid" : "contiguous") << "): " << data.count() << " samples" << std::endl;
+            << (seeded ? "iid" : "contiguous") << "): " << data.count() << " samples, " << test.count()
+            << " test samples" << std::endl;
+  // Copies the samples at `idx` out of `from` (the SDK's buffers, valid during the call).
+  auto filler = [](const Samples& from) {
+    return [&from](const int64_t* idx, int64_t count, float* inputs, float* labels) {
+      for (int64_t k = 0; k < count; ++k) {
+        if (idx[k] < 0 || idx[k] >= from.count()) throw std::out_of_range("sample index out of range");
+        std::copy_n(from.pixels.data() + idx[k] * kPixels, kPixels, inputs + k * kPixels);
+        labels[k] = from.labels[static_cast<size_t>(idx[k])];
+      }
+      return count;
+    };
+  };
 
   cleave::Options o;
   o.coordinator(get("--coordinator"))
@@ -137,15 +154,8 @@ int run(const std::map<std::string, std::string>& flag) {
       .backend(get("--backend", "auto"), std::atoi(get("--threads", "0").c_str()))
       .role(CLEAVE_ROLE_SPLIT_CLIENT)
       .max_jobs(1)
-      .data(data.count(), {1, 28, 28}, 10, get("--shard"),
-            [&data](const int64_t* idx, int64_t count, float* inputs, float* labels) {
-              for (int64_t k = 0; k < count; ++k) {
-                if (idx[k] < 0 || idx[k] >= data.count()) throw std::out_of_range("sample index out of range");
-                std::copy_n(data.pixels.data() + idx[k] * kPixels, kPixels, inputs + k * kPixels);
-                labels[k] = data.labels[static_cast<size_t>(idx[k])];
-              }
-              return count;
-            })
+      .data(data.count(), {1, 28, 28}, 10, get("--shard"), filler(data))
+      .test_data(test.count(), filler(test))
       .on_progress([](const cleave_progress& p) {
         std::cout << "progress: " << event_name(p.event);
         if (p.event == CLEAVE_EVENT_ROUND) std::cout << " " << p.step + 1 << ", loss " << p.loss;

@@ -198,6 +198,15 @@ CLEAVE_API cleave_status cleave_options_set_role(cleave_options* options, cleave
 CLEAVE_API cleave_status cleave_options_set_data(cleave_options* options, int64_t num_samples,
                                                  const int64_t* sample_shape, int sample_dims, int num_classes,
                                                  const char* shard, cleave_fill_fn fill, void* user);
+/* Optional test samples, for a split-learning client: `cleave split`
+ * evaluates every client's part on its own test samples each epoch (without
+ * them the client reports none). Same sample shape and classes as the data
+ * of cleave_options_set_data, which must be called first; read through
+ * `fill` (a cleave_fill_fn over indices [0, num_samples)) when the client
+ * starts, like the training data. The coordinator's --limit-test keeps the
+ * first N of them. `user` as for set_data. */
+CLEAVE_API cleave_status cleave_options_set_test_data(cleave_options* options, int64_t num_samples,
+                                                      cleave_fill_fn fill, void* user);
 /* fn may be null (no progress reports). `user` as for set_data. */
 CLEAVE_API cleave_status cleave_options_set_progress_callback(cleave_options* options, cleave_progress_fn fn,
                                                               void* user);

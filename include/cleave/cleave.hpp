@@ -44,6 +44,7 @@ struct Callbacks {
   // Fills `count` samples at `indices` into inputs / labels (see cleave_fill_fn);
   // returns the number filled.
   std::function<int64_t(const int64_t* indices, int64_t count, float* inputs, float* labels)> fill;
+  std::function<int64_t(const int64_t* indices, int64_t count, float* inputs, float* labels)> test_fill;
   std::function<void(const cleave_progress&)> progress;
   std::function<void(cleave_log_level, const char*)> log;
   std::mutex mutex;
@@ -52,8 +53,18 @@ struct Callbacks {
   static int64_t fill_trampoline(void* user, const int64_t* indices, int64_t count, float* inputs,
                                  float* labels) noexcept {
     auto* self = static_cast<Callbacks*>(user);
+    return self->call_fill(self->fill, indices, count, inputs, labels);
+  }
+  static int64_t test_fill_trampoline(void* user, const int64_t* indices, int64_t count, float* inputs,
+                                      float* labels) noexcept {
+    auto* self = static_cast<Callbacks*>(user);
+    return self->call_fill(self->test_fill, indices, count, inputs, labels);
+  }
+  template <typename Fill>
+  int64_t call_fill(const Fill& f, const int64_t* indices, int64_t count, float* inputs, float* labels) noexcept {
+    Callbacks* self = this;
     try {
-      return self->fill(indices, count, inputs, labels);
+      return f(indices, count, inputs, labels);
     } catch (const std::exception& e) {
       std::lock_guard<std::mutex> lock(self->mutex);
       self->fill_error = e.what();
@@ -119,6 +130,13 @@ class Options {
     return call(cleave_options_set_data(get(), num_samples, sample_shape.data(), static_cast<int>(sample_shape.size()),
                                         num_classes, shard.c_str(), &detail::Callbacks::fill_trampoline,
                                         callbacks_.get()));
+  }
+  // Test samples for a split-learning client (cleave_options_set_test_data); after data().
+  Options& test_data(int64_t num_samples,
+                     std::function<int64_t(const int64_t* indices, int64_t count, float* inputs, float* labels)> fill) {
+    callbacks_->test_fill = std::move(fill);
+    return call(cleave_options_set_test_data(get(), num_samples, &detail::Callbacks::test_fill_trampoline,
+                                             callbacks_.get()));
   }
   Options& on_progress(std::function<void(const cleave_progress&)> fn) {
     callbacks_->progress = std::move(fn);

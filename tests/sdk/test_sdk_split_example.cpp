@@ -6,8 +6,8 @@
 // iid shard itself). The run completes, the example printed its progress from
 // the progress callback, and every training loss (the server's, batch by batch)
 // equals that of the same run with two `cleaved` clients: the example trained
-// on the same samples in the same order. Only the evaluation differs: the SDK
-// has no test-data callback, so the example reports no test samples.
+// on the same samples in the same order. The evaluation is the same too: the
+// example serves cleaved's test shard through the test-data callback.
 #include <catch2/catch.hpp>
 
 #include <sys/wait.h>
@@ -94,7 +94,7 @@ TEST_CASE("SDK: the C++ split example joins cleave split as a client and trains 
     example = cleave::spawn({std::string(CLEAVE_BINARY_DIR) + "/apps/examples/split_client", "--coordinator", ep,
                              "--key", cluster.dir() + "/dev3.key", "--coordinator-key",
                              cluster.dir() + "/coordinator.pub", "--shard", "1/2", "--seed", "11", "--limit",
-                             std::to_string(kLimit), "--backend", "cpu", "--threads", "1"},
+                             std::to_string(kLimit), "--limit-test", "200", "--backend", "cpu", "--threads", "1"},
                             log);
   };
   const nlohmann::json run = cleave::train_split(config(), o);
@@ -103,7 +103,7 @@ TEST_CASE("SDK: the C++ split example joins cleave split as a client and trains 
   const std::string out = read_text(log);
   INFO(out << cluster.log(1) << cluster.log(2));
   CHECK(code == 0);
-  CHECK(out.find("shard 1/2 (iid): 320 samples") != std::string::npos);
+  CHECK(out.find("shard 1/2 (iid): 320 samples, 100 test samples") != std::string::npos);
   CHECK(out.find("progress: connected") != std::string::npos);
   CHECK(out.find("progress: job started") != std::string::npos);
   CHECK(out.find("progress: job ended") != std::string::npos);
@@ -117,6 +117,11 @@ TEST_CASE("SDK: the C++ split example joins cleave split as a client and trains 
     const double a = run["losses"][i].get<double>(), b = reference["losses"][i].get<double>();
     CHECK(std::abs(a - b) <= 1e-6 * std::max(1.0, std::abs(b)));
   }
-  // Evaluation: dev2's test shard only (the example has no test data).
-  CHECK(run["test_samples"].get<int64_t>() < reference["test_samples"].get<int64_t>());
+  // Evaluation: on the same test samples, with the same results.
+  CHECK(run["test_samples"] == reference["test_samples"]);
+  CHECK(run["test_samples"].get<int64_t>() == 200);
+  CHECK(std::abs(run["test_loss"].get<double>() - reference["test_loss"].get<double>()) <=
+        1e-6 * std::abs(reference["test_loss"].get<double>()));
+  CHECK(run["test_accuracy"] == reference["test_accuracy"]);
+  CHECK(run["rounds"][0]["per_client"] == reference["rounds"][0]["per_client"]);
 }

@@ -44,8 +44,11 @@ struct FedClientOptions {
   // include/cleave/cleave.h): this client's shard itself, already in memory.
   // When set, `dataset`, `dataset_dir`, `partition` and `limit` are unused;
   // shard / num_shards are what the app says it holds ("i/N" in the register
-  // details). A split client then has no test split to evaluate on.
+  // details).
   std::shared_ptr<const Dataset> supplied;
+  // The app's test samples (optional): what a split client evaluates on
+  // instead of the test split of `dataset` (the job's limit_test keeps the first N).
+  std::shared_ptr<const Dataset> supplied_test;
 
   bool enabled() const { return !dataset.empty() || supplied != nullptr; }
 };

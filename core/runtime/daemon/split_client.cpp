@@ -2,6 +2,7 @@
 #include <chrono>
 #include <cmath>
 #include <memory>
+#include <numeric>
 #include <optional>
 
 #include "core/data/loader.h"
@@ -77,10 +78,16 @@ class SplitClient {
       tail_->zero_grad();
       tail_opt_ = std::make_unique<Optimizer>(ctx_.device, ocfg, tail_->param_count());
     }
-    // The test split, cut into the same shards as the training split (an app's
-    // supplied data has none).
+    // The test split, cut into the same shards as the training split (an app
+    // supplies its own test samples, or none).
     const int64_t limit_test = job.limit_test;
-    if (!data_.supplied) try {
+    if (data_.supplied_test) {
+      const int64_t keep = limit_test > 0 ? std::min<int64_t>(limit_test, data_.supplied_test->size())
+                                          : data_.supplied_test->size();
+      std::vector<int64_t> first(static_cast<size_t>(keep));
+      std::iota(first.begin(), first.end(), int64_t{0});
+      test_ = subset(*data_.supplied_test, first);
+    } else if (!data_.supplied) try {
       Dataset all = load_dataset(data_.dataset, data_.dataset_dir, /*train=*/false, limit_test);
       test_ = subset(all, shard_indices(all, data_.shard, data_.num_shards, data_.partition, data_.seed));
     } catch (const std::exception& e) {
