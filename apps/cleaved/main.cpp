@@ -65,7 +65,7 @@ int main(int argc, char** argv) {
   app.add_option("--limit-train", o.fed.limit, "Data client (fed/split): shard only the first N training samples")
       ->check(cleave::flag_checks::positive());
   // Test hook, hidden from --help: corrupt every update this client sends (nan | inf | shape).
-  app.add_option("--poison", o.fed.poison)->group("")->check(CLI::IsMember({"nan", "inf", "shape"}));
+  app.add_option("--poison", o.fed.poison)->group("")->check([](const std::string& v) { return cleave::fed_poison_refusal(v); });
   app.failure_message([](const CLI::App*, const CLI::Error& e) {
     std::string msg = "cleaved: error: ";
     msg += e.what();
