@@ -9,7 +9,8 @@
 //   - --dp-target-epsilon stops before the round that would exceed it, says
 //     so in the log and the JSON, and keeps the last global model;
 //   - DP with median / trimmed mean / Krum, a target the first round already
-//     exceeds, and DP flags without --dp-clip are refused before anything runs.
+//     exceeds, and DP flags without --dp-clip are refused before anything runs;
+//     `cleave fed --help` lists the new flags.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -113,4 +114,6 @@ TEST_CASE("fed: DP settings that cannot hold are refused before the run", "[inte
                       {"--dp-target-epsilon 1", "first round alone", "raise the noise"});
   require_usage_error(base + "--dp-noise-multiplier 1", {"--dp-noise-multiplier needs --dp-clip"});
   require_usage_error(base + "--dp-clip 1 --dp-delta 1", {"--dp-delta"});
+  require_help_lists("fed", {"--dp-clip", "--dp-noise-multiplier", "--dp-delta", "--dp-target-epsilon", "--krum-f",
+                             "--krum-m"});
 }
