@@ -105,6 +105,31 @@ TEST_CASE("fed: --dp-target-epsilon stops before the round that would exceed it"
   CHECK(again.json["epsilon"].get<double>() == Approx(two).epsilon(1e-9));
 }
 
+TEST_CASE("fed: clipping without noise reports an unbounded epsilon and rounds without DP are not resumed under DP",
+          "[integration][fed][privacy]") {
+  CLEAVE_SKIP_UNLESS_FASHION_MNIST();
+  TempDir dir;
+  const std::string save = dir.file("plain.ckpt");
+  const nlohmann::json clipped = run_dp(dir, "clip", 3, "--rounds 2 --dp-clip 0.5 --save '" + save + "'").json;
+  INFO(clipped.dump(1));
+  REQUIRE(clipped["rounds"].size() == 2);
+  for (const auto& rd : clipped["rounds"]) CHECK(rd["epsilon"].is_null());  // JSON has no infinity
+  CHECK(clipped["epsilon"].is_null());
+  CHECK(clipped["test_accuracy"].get<double>() > 0.3);  // clipping alone still learns
+  // Rounds trained without DP cannot be charged to an accountant.
+  const std::string plain = dir.file("nodp.ckpt");
+  run_dp(dir, "nodp", 3, "--rounds 1 --save '" + plain + "'");
+  const std::string model = dir.file("small.json");
+  cleave::testing::FedRun spec;
+  spec.clients = 3;
+  spec.limit_train = 900;
+  spec.flags = "--rounds 3 --dp-clip 0.5 --dp-noise-multiplier 1 --load '" + plain + "'";
+  const cleave::testing::FedRunResult r = cleave::testing::run_fed_clients(model, dir.file("resume.json"), spec);
+  INFO(r.run.output);
+  CHECK(r.run.code == kExitFailure);
+  CHECK_THAT(r.run.output, Catch::Contains("trained without --dp-clip") && Catch::Contains("unbounded"));
+}
+
 TEST_CASE("fed: DP settings that cannot hold are refused before the run", "[integration][fed][privacy]") {
   const std::string base = "fed --model '" + kMlp + "' --clients 5 --insecure ";
   for (const char* s : {"median", "trimmed-mean --trim 0.2", "krum", "multi-krum"})
