@@ -5,7 +5,8 @@
 //     sampling rate and noise multiplier (the accountant itself is checked
 //     against dp-accounting in tests/fed/test_accountant.cpp), and the
 //     settings at the end (epsilon, dp_delta, dp_noise_multiplier, dp_clip);
-//     with --fraction the sampling rate is the share of clients sampled;
+//     with --fraction the sampling rate is the share of clients sampled; the
+//     noise is not derived from --seed (the same flags twice differ);
 //   - --dp-target-epsilon stops before the round that would exceed it, says
 //     so in the log and the JSON, and keeps the last global model;
 //   - DP with median / trimmed mean / Krum, a target the first round already
@@ -75,6 +76,13 @@ TEST_CASE("fed: DP-FedAvg reports the accountant's epsilon after every round", "
   CHECK(got["dp_noise_multiplier"] == 1.1);
   CHECK(got["dp_clip"] == 1.0);
   CHECK(got["stopped_reason"] == "completed");
+  // The noise is not --seed's: the same flags again give another model (the
+  // runs without DP are reproducible, see test_fed.cpp's resumed run).
+  const nlohmann::json again =
+      run_dp(dir, "dp2", 4, "--rounds 3 --fraction 0.5 --dp-clip 1 --dp-noise-multiplier 1.1 --dp-delta 1e-4").json;
+  CHECK(again["rounds"][0]["sampled"] == got["rounds"][0]["sampled"]);  // the same clients, seeded
+  CHECK(again["rounds"][0]["loss"] != got["rounds"][0]["loss"]);
+  CHECK(again["epsilon"] == got["epsilon"]);
 }
 
 TEST_CASE("fed: --dp-target-epsilon stops before the round that would exceed it", "[integration][fed][privacy]") {
