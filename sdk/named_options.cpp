@@ -145,7 +145,10 @@ void add_data_setters(std::map<std::string, Setter>& t) {
   t["limit-train"] = [](cleave_options& o, const std::string& v) {
     o.daemon.fed.limit = integer_in(v, 1, std::numeric_limits<long long>::max());
   };
-  t["poison"] = [](cleave_options& o, const std::string& v) { o.daemon.fed.poison = v; };  // checked at start
+  t["poison"] = [](cleave_options& o, const std::string& v) {
+    if (const std::string why = cleave::fed_poison_refusal(v); !why.empty()) throw std::invalid_argument(why);
+    o.daemon.fed.poison = v;
+  };
 }
 
 const std::map<std::string, Setter>& setters() {

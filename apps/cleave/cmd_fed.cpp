@@ -28,12 +28,27 @@ void add_fed_command(CLI::App& root) {
       ->check(flag_checks::positive());
   cmd->add_option("--round-timeout", o->round_timeout_s, "Seconds after which a round closes with the updates it has")
       ->capture_default_str()->check(flag_checks::positive());
-  cmd->add_option("--strategy", o->strategy, "fedavg | fedprox | median | trimmed-mean")->capture_default_str()
-      ->check(CLI::IsMember({"fedavg", "fedprox", "median", "trimmed-mean"}));
+  cmd->add_option("--strategy", o->strategy, "fedavg | fedprox | median | trimmed-mean | krum | multi-krum")
+      ->capture_default_str()->check(CLI::IsMember({"fedavg", "fedprox", "median", "trimmed-mean", "krum", "multi-krum"}));
   auto* mu = cmd->add_option("--mu", o->mu, "FedProx proximal weight (with --strategy fedprox)")->capture_default_str()
       ->check(flag_checks::non_negative());
   cmd->add_option("--trim", o->trim_fraction, "trimmed-mean: share cut from each end per coordinate")
       ->capture_default_str()->check(flag_checks::within(0, 0.5, /*hi_open=*/true));
+  auto* krum_f = cmd->add_option("--krum-f", o->krum_f, "krum, multi-krum: Byzantine clients assumed per round (needs 2f + 3 sampled)")
+      ->capture_default_str()->check(flag_checks::non_negative());
+  auto* krum_m = cmd->add_option("--krum-m", o->krum_m, "multi-krum: updates averaged (0: the sampled clients less --krum-f)")
+      ->capture_default_str()->check(flag_checks::non_negative());
+  cmd->add_option("--dp-clip", o->dp.clip,
+                  "Differential privacy (DP-FedAvg): clip each client's update to this L2 norm C (0: off)")
+      ->capture_default_str()->check(flag_checks::non_negative());
+  cmd->add_option("--dp-noise-multiplier", o->dp.noise_multiplier,
+                  "Differential privacy: Gaussian noise of standard deviation z*C on the sum of the clipped updates")
+      ->capture_default_str()->check(flag_checks::non_negative());
+  cmd->add_option("--dp-delta", o->dp.delta, "Differential privacy: the delta epsilon is reported for")
+      ->capture_default_str()->check(flag_checks::within(0, 1, /*hi_open=*/true));
+  cmd->add_option("--dp-target-epsilon", o->dp.target_epsilon,
+                  "Differential privacy: stop before the round that would spend more than this epsilon (0: none)")
+      ->capture_default_str()->check(flag_checks::non_negative());
   cmd->add_option("--max-client-samples", o->max_client_samples,
                   "Most samples one client's update may count per local epoch (0: only its registered shard size)")
       ->capture_default_str()->check(flag_checks::non_negative());
@@ -49,7 +64,7 @@ void add_fed_command(CLI::App& root) {
   cmd->add_option("--load", flags->config.load_path,
                   "Resume from a checkpoint written by cleave fed --save (--rounds counts its rounds too)");
   cmd->add_option("--init", flags->config.init_path, "Start from weights in a safetensors file (PyTorch layout)");
-  cmd->callback([cmd, flags, o, mu]() {
+  cmd->callback([cmd, flags, o, mu, krum_f, krum_m]() {
     // Flags of `cleave train` that mean nothing here: the clients own the training data.
     for (const char* name : {"--epochs", "--limit-train", "--max-steps", "--microbatches", "--text"})
       if (cmd->get_option(name)->count() > 0)
@@ -58,6 +73,10 @@ void add_fed_command(CLI::App& root) {
     finish_train_flags(*flags);
     if (mu->count() > 0 && o->strategy != "fedprox")
       throw UsageError("--mu applies to --strategy fedprox only");
+    if (krum_f->count() > 0 && o->strategy != "krum" && o->strategy != "multi-krum")
+      throw UsageError("--krum-f applies to --strategy krum and multi-krum only");
+    if (krum_m->count() > 0 && o->strategy != "multi-krum")
+      throw UsageError("--krum-m applies to --strategy multi-krum only (krum keeps one update)");
     try {
       o->validate();
     } catch (const std::exception& e) {
@@ -66,9 +85,14 @@ void add_fed_command(CLI::App& root) {
     prepare_coordinator(*o, "cleave fed");
     nlohmann::json result = train_federated(flags->config, *o);
     write_result_json(flags->json_path, result);
-    std::printf("test_accuracy %.4f  rounds %zu  strategy %s  wall %.1f s\n", result["test_accuracy"].get<double>(),
+    std::printf("test_accuracy %.4f  rounds %zu  strategy %s  wall %.1f s", result["test_accuracy"].get<double>(),
                 result["rounds"].size(), result["strategy"].get<std::string>().c_str(),
                 result["wall_seconds"].get<double>());
+    if (result.contains("epsilon"))
+      std::printf("  epsilon %s (delta %g)%s", result["epsilon"].is_null() ? "inf" : std::to_string(result["epsilon"].get<double>()).c_str(),
+                  result["dp_delta"].get<double>(),
+                  result["stopped_reason"] == "dp_target_epsilon" ? ", stopped at --dp-target-epsilon" : "");
+    std::printf("\n");
   });
 }
 

@@ -61,8 +61,8 @@ void add_flags(CLI::App& app, Flags& f) {
   f.add(app, "partition", "Data client (fed/split): iid | dirichlet:ALPHA (default: iid)");
   f.add(app, "seed", "Data client (fed/split): partition seed, the same on every client (default: 1)");
   f.add(app, "limit-train", "Data client (fed/split): shard only the first N training samples")->check(positive());
-  // Test hook, hidden from --help: corrupt every update this client sends (nan | inf | shape).
-  app.add_option("--poison", f.poison)->group("")->check(CLI::IsMember({"nan", "inf", "shape"}));
+  // Test hook, hidden from --help: corrupt every update this client sends (the SDK checks the mode).
+  app.add_option("--poison", f.poison)->group("");
 }
 
 // The flags that only make sense together; "" when they do.

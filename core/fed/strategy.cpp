@@ -1,6 +1,9 @@
 // strategy.cpp: see strategy.h.
 #include "core/fed/strategy.h"
 
+#include "core/fed/dp.h"
+#include "core/fed/krum.h"
+
 #include <algorithm>
 #include <cmath>
 #include <deque>
@@ -14,7 +17,10 @@ FedStrategy parse_fed_strategy(const std::string& name) {
   if (name == "fedprox") return FedStrategy::fedprox;
   if (name == "median") return FedStrategy::median;
   if (name == "trimmed-mean") return FedStrategy::trimmed_mean;
-  throw std::invalid_argument("unknown strategy '" + name + "': use fedavg, fedprox, median or trimmed-mean");
+  if (name == "krum") return FedStrategy::krum;
+  if (name == "multi-krum") return FedStrategy::multi_krum;
+  throw std::invalid_argument("unknown strategy '" + name +
+                              "': use fedavg, fedprox, median, trimmed-mean, krum or multi-krum");
 }
 
 const char* fed_strategy_name(FedStrategy s) {
@@ -23,6 +29,8 @@ const char* fed_strategy_name(FedStrategy s) {
     case FedStrategy::fedprox: return "fedprox";
     case FedStrategy::median: return "median";
     case FedStrategy::trimmed_mean: return "trimmed-mean";
+    case FedStrategy::krum: return "krum";
+    case FedStrategy::multi_krum: return "multi-krum";
   }
   return "?";
 }
@@ -113,7 +121,35 @@ std::vector<float> coordinate_wise(bool median, size_t cut, const std::vector<co
   return out;
 }
 
+// Uniform mean of the updates Krum selects; their names go to `selected`.
+std::vector<float> krum_mean(const std::vector<const ClientUpdate*>& ok, int f, int m, size_t size,
+                             std::vector<std::string>& selected) {
+  std::vector<const std::vector<float>*> blocks;
+  for (auto* u : ok) blocks.push_back(&u->params);
+  std::vector<double> acc(size, 0.0);
+  const std::vector<size_t> best = krum_select(blocks, f, m);
+  for (size_t i : best) {
+    selected.push_back(ok[i]->client);
+    for (size_t k = 0; k < size; ++k) acc[k] += ok[i]->params[k];
+  }
+  std::vector<float> out(size);
+  for (size_t k = 0; k < size; ++k) out[k] = static_cast<float>(acc[k] / static_cast<double>(best.size()));
+  return out;
+}
+
+int krum_m_for(FedStrategy strategy, const AggregateOptions& o, int64_t n) {
+  if (strategy == FedStrategy::krum) return 1;
+  return o.krum_m > 0 ? o.krum_m : static_cast<int>(n) - o.krum_f;
+}
+
 }  // namespace
+
+std::string strategy_refusal(FedStrategy strategy, const AggregateOptions& o, int64_t n) {
+  if (strategy == FedStrategy::trimmed_mean) return trimmed_mean_refusal(o.trim_fraction, n);
+  if (strategy == FedStrategy::krum || strategy == FedStrategy::multi_krum)
+    return krum_refusal(static_cast<int>(n), o.krum_f, krum_m_for(strategy, o, n));
+  return "";
+}
 
 std::string trimmed_mean_refusal(double t, int64_t k) {
   if (trims_something(t, k)) return "";
@@ -140,7 +176,9 @@ std::string trimmed_mean_refusal(double t, int64_t k) {
 
 AggregateResult aggregate(FedStrategy strategy, const std::vector<ClientUpdate>& updates, size_t expected_size,
                           double trim_fraction) {
-  return aggregate(strategy, updates, expected_size, AggregateOptions{trim_fraction, 0, nullptr});
+  AggregateOptions o;
+  o.trim_fraction = trim_fraction;
+  return aggregate(strategy, updates, expected_size, o);
 }
 
 AggregateResult aggregate(FedStrategy strategy, const std::vector<ClientUpdate>& updates, size_t expected_size,
@@ -149,9 +187,13 @@ AggregateResult aggregate(FedStrategy strategy, const std::vector<ClientUpdate>&
   if (strategy == FedStrategy::trimmed_mean && !(options.trim_fraction >= 0 && options.trim_fraction < 0.5))
     throw std::invalid_argument("trim fraction must be in [0, 0.5), got " + std::to_string(options.trim_fraction));
   const bool clipping = options.max_update_norm > 0;
-  if (clipping && (!options.global || options.global->size() != expected_size))
-    throw std::invalid_argument("a maximum update norm needs the round's global block of " +
-                                std::to_string(expected_size) + " parameters");
+  if ((clipping || options.dp) && (!options.global || options.global->size() != expected_size))
+    throw std::invalid_argument(std::string(clipping ? "a maximum update norm" : "differential privacy") +
+                                " needs the round's global block of " + std::to_string(expected_size) + " parameters");
+  if (options.dp) {
+    if (const std::string why = dp_strategy_refusal(strategy); !why.empty()) throw std::invalid_argument(why);
+    if (!options.dp_noise) throw std::invalid_argument("differential privacy needs a noise source");
+  }
   AggregateResult r;
   std::vector<const ClientUpdate*> ok;
   std::deque<ClientUpdate> clipped;  // copies of the updates that were scaled (stable addresses)
@@ -172,8 +214,16 @@ AggregateResult aggregate(FedStrategy strategy, const std::vector<ClientUpdate>&
   }
   if (ok.empty()) throw std::runtime_error("no acceptable client update to aggregate (" +
                                            std::to_string(updates.size()) + " received, all rejected)");
-  if (strategy == FedStrategy::fedavg || strategy == FedStrategy::fedprox) {
+  if (const std::string why = strategy_refusal(strategy, options, static_cast<int64_t>(ok.size()));
+      !why.empty() && strategy != FedStrategy::trimmed_mean)  // (a trimmed mean that cuts nothing is the mean)
+    throw std::invalid_argument(why);
+  if (options.dp) {
+    r.params = dp_average(ok, *options.global, *options.dp, options.dp_denominator, *options.dp_noise, r.dp_clipped);
+  } else if (strategy == FedStrategy::fedavg || strategy == FedStrategy::fedprox) {
     r.params = weighted_mean(ok, expected_size);
+  } else if (strategy == FedStrategy::krum || strategy == FedStrategy::multi_krum) {
+    r.params = krum_mean(ok, options.krum_f, krum_m_for(strategy, options, static_cast<int64_t>(ok.size())),
+                         expected_size, r.selected);
   } else {
     const size_t cut = strategy == FedStrategy::trimmed_mean
                            ? static_cast<size_t>(std::floor(options.trim_fraction * static_cast<double>(ok.size())))

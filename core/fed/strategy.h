@@ -4,7 +4,8 @@
 // number of samples it trained on. Strategies are pure functions from a list of
 // updates to the new global block: FedAvg (weighted by samples; FedProx uses
 // the same aggregation, its proximal term lives in the clients' local
-// training), coordinate-wise median, and coordinate-wise trimmed mean.
+// training), coordinate-wise median, coordinate-wise trimmed mean, Krum and
+// multi-Krum (krum.h), and with differential privacy DP-FedAvg (dp.h).
 //
 // An update is untrusted: before any strategy sees it, it is refused for the
 // wrong size, NaN/Inf, no samples, or a sample count beyond what its client
@@ -21,7 +22,10 @@
 
 namespace cleave {
 
-enum class FedStrategy { fedavg, fedprox, median, trimmed_mean };
+enum class FedStrategy { fedavg, fedprox, median, trimmed_mean, krum, multi_krum };
+
+struct DpSettings;  // dp.h
+class NoiseSource;
 
 FedStrategy parse_fed_strategy(const std::string& name);  // throws std::invalid_argument
 const char* fed_strategy_name(FedStrategy s);
@@ -64,19 +68,34 @@ std::string trimmed_mean_refusal(double trim_fraction, int64_t clients);
 struct AggregateOptions {
   double trim_fraction = 0.1;           // trimmed_mean: share cut from each end per coordinate
   double max_update_norm = 0;           // > 0: clip every update to this L2 distance from `global`
-  const std::vector<float>* global = nullptr;  // the round's global block; needed with max_update_norm
+  const std::vector<float>* global = nullptr;  // the round's global block; needed with max_update_norm and dp
+  int krum_f = 1;                       // krum, multi_krum: Byzantine updates assumed among them
+  int krum_m = 0;                       // multi_krum: updates averaged (0: n - f)
+  // DP-FedAvg (dp.h), fedavg and fedprox only: with `dp` set, the mean is
+  // dp_average over `dp_denominator` (the clients sampled) with `dp_noise`.
+  const DpSettings* dp = nullptr;
+  int dp_denominator = 0;
+  NoiseSource* dp_noise = nullptr;
 };
+
+// "" when `strategy` can aggregate `updates` acceptable updates with these
+// options; otherwise why not (a trimmed mean that trims nothing, Krum below
+// 2f + 3 updates or with an --krum-m outside [1, n - f]).
+std::string strategy_refusal(FedStrategy strategy, const AggregateOptions& options, int64_t updates);
 
 struct AggregateResult {
   std::vector<float> params;
   std::vector<std::string> accepted;              // clients whose updates were used
   std::vector<std::string> rejected;              // "client: reason"
   std::vector<std::string> clipped;               // clients whose update was scaled to max_update_norm
+  std::vector<std::string> selected;              // krum, multi_krum: the clients whose updates were averaged, best first
+  std::vector<std::string> dp_clipped;            // dp: clients whose difference was scaled to the DP clip
 };
 
 // Aggregates the acceptable updates (check_update). Throws std::runtime_error
 // when no update is acceptable, std::invalid_argument for a trimmed_mean trim
-// fraction outside [0, 0.5) or a max_update_norm without a global block.
+// fraction outside [0, 0.5), a max_update_norm or dp without a global block,
+// dp with a strategy other than fedavg / fedprox, or what strategy_refusal says.
 AggregateResult aggregate(FedStrategy strategy, const std::vector<ClientUpdate>& updates, size_t expected_size,
                           const AggregateOptions& options);
 // The same without clipping; `trim_fraction` for trimmed_mean (other strategies ignore it).

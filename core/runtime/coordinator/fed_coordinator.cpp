@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <map>
 #include <memory>
 #include <optional>
@@ -14,6 +15,7 @@
 
 #include "core/data/dataset.h"
 #include "core/data/loader.h"
+#include "core/fed/accountant.h"
 #include "core/fed/client_details.h"
 #include "core/fed/strategy.h"
 #include "core/model/partition.h"
@@ -43,12 +45,36 @@ void FedOptions::validate() const {
   if (max_client_samples < 0 || max_client_samples > (int64_t{1} << 50))
     bad("--max-client-samples must be in [0, 2^50] (0: no cap beyond the registered count)");
   if (!std::isfinite(max_update_norm) || max_update_norm < 0) bad("--max-update-norm must be finite and >= 0 (0: off)");
+  if (krum_f < 0) bad("--krum-f must be >= 0");
+  if (krum_m < 0) bad("--krum-m must be >= 0 (0: the sampled clients less --krum-f)");
   // Known before any client registers: what a round samples when every client lives.
-  if (parse_fed_strategy(strategy) == FedStrategy::trimmed_mean)
-    if (const std::string why = trimmed_mean_refusal(trim_fraction, sampled_per_round(fraction, clients, min_clients));
-        !why.empty())
-      bad(why + " (clients sampled per round with --clients " + std::to_string(clients) + " and --fraction " +
-          std::to_string(fraction).substr(0, 4) + ")");
+  const FedStrategy s = parse_fed_strategy(strategy);
+  const int per_round = sampled_per_round(fraction, clients, min_clients);
+  if (const std::string why = strategy_refusal(s, aggregate_options(*this, nullptr), per_round); !why.empty())
+    bad(why + " (clients sampled per round with --clients " + std::to_string(clients) + " and --fraction " +
+        std::to_string(fraction).substr(0, 4) + ")");
+  dp.validate();
+  if (!dp.enabled()) return;
+  if (const std::string why = dp_strategy_refusal(s); !why.empty()) bad(why);
+  if (dp.target_epsilon > 0) {
+    const double q = static_cast<double>(per_round) / clients;
+    if (const PrivacySpent first = RdpAccountant().spent_after(q, dp.noise_multiplier, dp.delta);
+        first.epsilon > dp.target_epsilon)
+      bad("--dp-target-epsilon " + std::to_string(dp.target_epsilon) + " is below what the first round alone spends (" +
+          "epsilon " + std::to_string(first.epsilon) + " at sampling rate " + std::to_string(q) +
+          ", --dp-noise-multiplier " + std::to_string(dp.noise_multiplier) + ", --dp-delta " +
+          std::to_string(dp.delta) + "): raise the noise, lower --fraction or accept a larger epsilon");
+  }
+}
+
+AggregateOptions aggregate_options(const FedOptions& o, const std::vector<float>* global) {
+  AggregateOptions a;
+  a.trim_fraction = o.trim_fraction;
+  a.max_update_norm = o.max_update_norm;
+  a.global = global;
+  a.krum_f = o.krum_f;
+  a.krum_m = o.krum_m;
+  return a;
 }
 
 int sampled_per_round(double fraction, int live, int min_clients) {
@@ -101,14 +127,25 @@ class FedDriver {
   void set_up_clients();  // the model once per client, until each acknowledged
   // One round: sample, send the global block, collect, aggregate, evaluate.
   // Returns the round's entry of the result JSON.
-  nlohmann::json run_round(int r);
+  // Returns the round's entry of the result JSON, or nothing when
+  // --dp-target-epsilon stops the run before it.
+  std::optional<nlohmann::json> run_round(int r);
   std::vector<std::string> sample_clients(int r);
+  // DP: the sampling rate of a round that samples `sampled` of the live clients.
+  double sampling_rate(size_t sampled) const { return static_cast<double>(sampled) / live_; }
+  // DP: false (logged, stopped_reason set) when the round would exceed --dp-target-epsilon.
+  bool privacy_allows(int r, size_t sampled);
+  // DP: charges the round to the accountant and records its epsilon (and the
+  // accountant, for --save) ; Krum: the clients it selected.
+  void record_round(nlohmann::json& rj, const AggregateResult& agg, size_t sampled);
+  void resume_accountant(const FedState& st);
   std::map<std::string, Reply> send_round(int r, const std::vector<std::string>& sampled);
   // Collects until every sampled client resolved; false when the round timed out first.
   bool collect_replies(int r, std::map<std::string, Reply>& replies, Clock::time_point t_round);
   RoundUpdates sort_replies(int r, std::map<std::string, Reply>& replies);
   EvalResult evaluate_global();
   nlohmann::json result(const nlohmann::json& rounds, Clock::time_point t_start);
+  void privacy_json(nlohmann::json& out) const;
 
   const TrainConfig& cfg_;
   const FedOptions& opts_;
@@ -130,6 +167,10 @@ class FedDriver {
   std::set<std::string> warned_;                    // daemons whose registration was logged as not taken
   int current_round_ = -1;
   EvalResult last_eval_;
+  int live_ = 0;                        // live clients when the current round sampled
+  RdpAccountant accountant_;            // DP: the privacy spent so far (with --load, the saved rounds too)
+  std::unique_ptr<NoiseSource> noise_;  // DP: the Gaussian noise (seeded by the OS, not by --seed)
+  std::string stopped_reason_ = "completed";
 };
 
 nlohmann::json FedDriver::run() {
@@ -141,7 +182,12 @@ nlohmann::json FedDriver::run() {
   return session_->run_job(clients_, opts_.shutdown_clients, [&] {
     set_up_clients();
     nlohmann::json rounds = nlohmann::json::array();
-    for (int r = start_round_; r < opts_.rounds; ++r) rounds.push_back(run_round(r));
+    for (int r = start_round_; r < opts_.rounds; ++r) {
+      std::optional<nlohmann::json> rj = run_round(r);
+      if (!rj) break;
+      rounds.push_back(std::move(*rj));
+    }
+    if (rounds.empty()) last_eval_ = evaluate_global();  // stopped before the first round: the starting model
     return result(rounds, t_start);
   });
 }
@@ -153,6 +199,7 @@ void FedDriver::load_model_and_test_set() {
     fail(e.what());
   }
   strategy_ = parse_fed_strategy(opts_.strategy);
+  if (opts_.dp.enabled()) noise_ = std::make_unique<NoiseSource>();
   spec_ = ModelSpec::load(cfg_.model_path);
   if (language_model_mismatch(spec_).empty())
     fail(cfg_.model_path + " is a byte-level language model: cleave fed cannot train one yet (its clients hold "
@@ -186,6 +233,7 @@ void FedDriver::load_start_weights() {
            std::to_string(opts_.rounds) + " counts every round, those included: ask for more");
     whole_->params().from_host(st.params);
     start_round_ = static_cast<int>(st.rounds_done);
+    resume_accountant(st);
   } else if (!cfg_.init_path.empty()) {
     whole_->params().from_host(load_init_weights(spec_, cfg_.init_path));
   }
@@ -195,6 +243,24 @@ void FedDriver::load_start_weights() {
                  {"batch", cfg_.batch}, {"optimizer", cfg_.optimizer.to_json()}};
   ocfg_ = cfg_.optimizer;
   ocfg_.validate();
+}
+
+// The privacy the loaded rounds spent: a checkpoint of DP rounds carries its accountant.
+void FedDriver::resume_accountant(const FedState& st) {
+  if (!opts_.dp.enabled() || st.rounds_done == 0) return;
+  const nlohmann::json* saved = st.run.contains("dp_rdp") ? &st.run["dp_rdp"] : nullptr;
+  if (!saved)
+    fail(cfg_.load_path + " holds " + std::to_string(st.rounds_done) + " round(s) trained without --dp-clip: their "
+         "privacy loss is unbounded, so no epsilon can be reported for a run that resumes them; start from --init instead");
+  if (saved->is_string()) {  // rounds without noise: nothing finite to resume
+    accountant_ = RdpAccountant(std::vector<double>(accountant_.orders().size(), std::numeric_limits<double>::infinity()));
+    return;
+  }
+  try {
+    accountant_ = RdpAccountant(saved->get<std::vector<double>>());
+  } catch (const std::exception& e) {
+    fail(cfg_.load_path + ": " + e.what());
+  }
 }
 
 void FedDriver::listen() {
@@ -279,10 +345,11 @@ void FedDriver::set_up_clients() {
   }
 }
 
-nlohmann::json FedDriver::run_round(int r) {
+std::optional<nlohmann::json> FedDriver::run_round(int r) {
   current_round_ = r;
   const auto t_round = Clock::now();
   const std::vector<std::string> sampled = sample_clients(r);
+  if (!privacy_allows(r, sampled.size())) return std::nullopt;
   const EndpointStats before = session_->server().stats();
   std::map<std::string, Reply> replies = send_round(r, sampled);
   if (opts_.on_round_started) opts_.on_round_started(r, sampled);
@@ -295,11 +362,15 @@ nlohmann::json FedDriver::run_round(int r) {
          std::to_string(got.dropped.size() + got.failed.size()) + " missing, of " + std::to_string(sampled.size()) +
          " sampled" + (timed_out ? ", round timed out" : "") + "); --min-clients is " +
          std::to_string(opts_.min_clients));
-  if (strategy_ == FedStrategy::trimmed_mean)
-    if (const std::string why = trimmed_mean_refusal(opts_.trim_fraction, got.acceptable); !why.empty())
-      fail(round_of + ": " + why + " (the others dropped out or were rejected)");
-  AggregateResult agg = aggregate(strategy_, got.updates, param_count_,
-                                  AggregateOptions{opts_.trim_fraction, opts_.max_update_norm, global_.get()});
+  AggregateOptions aopts = aggregate_options(opts_, global_.get());
+  if (const std::string why = strategy_refusal(strategy_, aopts, got.acceptable); !why.empty())
+    fail(round_of + ": " + why + " (the others dropped out or were rejected)");
+  if (opts_.dp.enabled()) {
+    aopts.dp = &opts_.dp;
+    aopts.dp_denominator = static_cast<int>(sampled.size());  // fixed: a missing client adds nothing
+    aopts.dp_noise = noise_.get();
+  }
+  AggregateResult agg = aggregate(strategy_, got.updates, param_count_, aopts);
   if (!agg.clipped.empty())
     log(LogLevel::kInfo, "cleave fed: " + round_of + ": " + std::to_string(agg.clipped.size()) +
                              " update(s) clipped to --max-update-norm " + std::to_string(opts_.max_update_norm));
@@ -327,6 +398,7 @@ nlohmann::json FedDriver::run_round(int r) {
                        {"bytes_down", after.bytes_sent - before.bytes_sent},
                        {"bytes_up", after.bytes_received - before.bytes_received},
                        {"seconds", seconds_since(t_round)}};
+  record_round(rj, agg, sampled.size());
   if (!cfg_.save_path.empty())  // after every round: a stopped run loses at most the round in progress
     save_fed_state(cfg_.save_path, FedState{spec_.to_json(), run_record_, r + 1, cfg_.seed, *global_});
   if (cfg_.progress)
@@ -337,6 +409,38 @@ nlohmann::json FedDriver::run_round(int r) {
   return rj;
 }
 
+bool FedDriver::privacy_allows(int r, size_t sampled) {
+  if (!opts_.dp.enabled() || !(opts_.dp.target_epsilon > 0)) return true;
+  const PrivacySpent next = accountant_.spent_after(sampling_rate(sampled), opts_.dp.noise_multiplier, opts_.dp.delta);
+  if (next.epsilon <= opts_.dp.target_epsilon) return true;
+  stopped_reason_ = "dp_target_epsilon";
+  log(LogLevel::kWarning, "cleave fed: stopping before round " + std::to_string(r + 1) + " of " +
+                              std::to_string(opts_.rounds) + ": it would bring epsilon to " +
+                              std::to_string(next.epsilon) + ", above --dp-target-epsilon " +
+                              std::to_string(opts_.dp.target_epsilon) + " (delta " + std::to_string(opts_.dp.delta) +
+                              "); the global model of round " + std::to_string(r) + " is the result");
+  return false;
+}
+
+void FedDriver::record_round(nlohmann::json& rj, const AggregateResult& agg, size_t sampled) {
+  if (strategy_ == FedStrategy::krum || strategy_ == FedStrategy::multi_krum) rj["krum_selected"] = agg.selected;
+  if (!opts_.dp.enabled()) return;
+  accountant_.compose(sampling_rate(sampled), opts_.dp.noise_multiplier);
+  const PrivacySpent spent = accountant_.spent(opts_.dp.delta);
+  // JSON has no infinity: an unbounded epsilon (no noise) is null.
+  rj["epsilon"] = std::isfinite(spent.epsilon) ? nlohmann::json(spent.epsilon) : nlohmann::json();
+  rj["sampling_rate"] = sampling_rate(sampled);
+  rj["dp_clipped"] = agg.dp_clipped;
+  rj["dp_clipped_count"] = agg.dp_clipped.size();
+  bool finite = true;
+  for (double v : accountant_.rdp()) finite = finite && std::isfinite(v);
+  run_record_["dp_rdp"] = finite ? nlohmann::json(accountant_.rdp()) : nlohmann::json("infinite");
+  if (cfg_.progress)
+    std::fprintf(stderr, "cleave fed: round %d: epsilon %.4f (delta %g, sampling rate %.3f, noise multiplier %g)\n",
+                 current_round_ + 1, spent.epsilon, opts_.dp.delta, sampling_rate(sampled),
+                 opts_.dp.noise_multiplier);
+}
+
 // A seeded share of the live clients (at least K), sorted by name.
 std::vector<std::string> FedDriver::sample_clients(int r) {
   std::vector<std::string> live;
@@ -345,7 +449,8 @@ std::vector<std::string> FedDriver::sample_clients(int r) {
   if (static_cast<int>(live.size()) < opts_.min_clients)
     fail("round " + std::to_string(r + 1) + ": only " + std::to_string(live.size()) + " client(s) are alive, " +
          "--min-clients is " + std::to_string(opts_.min_clients));
-  const int want = sampled_per_round(opts_.fraction, static_cast<int>(live.size()), opts_.min_clients);
+  live_ = static_cast<int>(live.size());
+  const int want = sampled_per_round(opts_.fraction, live_, opts_.min_clients);
   std::vector<int64_t> perm = seeded_permutation(static_cast<int64_t>(live.size()),
                                                  derive_seed(cfg_.seed, static_cast<uint64_t>(r), 0x5A3D));
   std::vector<std::string> sampled;
@@ -472,6 +577,20 @@ EvalResult FedDriver::evaluate_global() {
   return out;
 }
 
+void FedDriver::privacy_json(nlohmann::json& out) const {
+  const PrivacySpent spent = accountant_.spent(opts_.dp.delta);
+  out["epsilon"] = std::isfinite(spent.epsilon) ? nlohmann::json(spent.epsilon) : nlohmann::json();
+  out["epsilon_order"] = spent.order;
+  out["dp_delta"] = opts_.dp.delta;
+  out["dp_noise_multiplier"] = opts_.dp.noise_multiplier;
+  out["dp_clip"] = opts_.dp.clip;
+  if (opts_.dp.target_epsilon > 0) out["dp_target_epsilon"] = opts_.dp.target_epsilon;
+  out["dp_accountant"] = "RDP of the Poisson-sampled Gaussian mechanism, dp-accounting's orders and conversion";
+  int64_t clipped = 0;
+  for (const auto& rj : out["rounds"]) clipped += rj["dp_clipped_count"].get<int64_t>();
+  out["dp_clipped_updates"] = clipped;
+}
+
 nlohmann::json FedDriver::result(const nlohmann::json& rounds, Clock::time_point t_start) {
   nlohmann::json out;
   out["mode"] = "fed";
@@ -487,6 +606,10 @@ nlohmann::json FedDriver::result(const nlohmann::json& rounds, Clock::time_point
   if (strategy_ == FedStrategy::trimmed_mean) out["trim_fraction"] = opts_.trim_fraction;
   if (opts_.max_client_samples > 0) out["max_client_samples"] = opts_.max_client_samples;
   if (opts_.max_update_norm > 0) out["max_update_norm"] = opts_.max_update_norm;
+  if (strategy_ == FedStrategy::krum || strategy_ == FedStrategy::multi_krum) out["krum_f"] = opts_.krum_f;
+  if (strategy_ == FedStrategy::multi_krum && opts_.krum_m > 0) out["krum_m"] = opts_.krum_m;
+  out["stopped_reason"] = stopped_reason_;  // "completed" or "dp_target_epsilon"
+  if (opts_.dp.enabled()) privacy_json(out);
   out["model"] = spec_.name;
   out["model_path"] = cfg_.model_path;
   out["dataset"] = test_.name;

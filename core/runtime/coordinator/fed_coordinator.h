@@ -16,6 +16,11 @@
 // reason, --max-update-norm clips every update, and a trimmed mean that
 // would trim nothing is refused. The coordinator never receives a training sample; it records every message kind
 // each client sent so a run can prove it (`messages_from_clients`).
+// Issue 18: Krum and multi-Krum (core/fed/krum.h) beside median and trimmed
+// mean; client-level differential privacy (DP-FedAvg, core/fed/dp.h) with an
+// RDP accountant (core/fed/accountant.h) whose epsilon is reported every
+// round, and --dp-target-epsilon stops the run before a round would exceed
+// it (docs/privacy.md).
 #pragma once
 
 #include <functional>
@@ -23,6 +28,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/fed/dp.h"
+#include "core/fed/strategy.h"
 #include "core/train/train_config.h"
 
 namespace cleave {
@@ -34,9 +41,12 @@ struct FedOptions {
   double fraction = 1.0;             // F: share of live clients sampled per round, in (0, 1]
   int min_clients = 1;               // K: acceptable updates a round needs
   double round_timeout_s = 600;      // a round closes after this long with what it has
-  std::string strategy = "fedavg";   // fedavg | fedprox | median | trimmed-mean
+  std::string strategy = "fedavg";   // fedavg | fedprox | median | trimmed-mean | krum | multi-krum
   double mu = 0.01;                  // FedProx proximal weight (fedprox only)
   double trim_fraction = 0.1;        // trimmed-mean: share cut from each end per coordinate
+  int krum_f = 1;                    // krum, multi-krum: Byzantine clients assumed per round (--krum-f)
+  int krum_m = 0;                    // multi-krum: updates averaged (--krum-m; 0: sampled - f)
+  DpSettings dp;                     // --dp-clip, --dp-noise-multiplier, --dp-delta, --dp-target-epsilon
   // Bounds on what one client's update may weigh (issue 13). An update's
   // sample count may never exceed local_epochs x the samples its client
   // registered; with max_client_samples > 0 not local_epochs x that either.
@@ -55,9 +65,14 @@ struct FedOptions {
   std::function<void(int round, const std::vector<std::string>& sampled)> on_round_started;
 
   // Throws std::invalid_argument naming the first bad setting (also a
-  // trimmed mean that would trim nothing from the clients sampled per round).
+  // trimmed mean that would trim nothing from the clients sampled per round,
+  // Krum with fewer than 2f + 3 of them, DP with a strategy that is not a
+  // mean, and a --dp-target-epsilon the first round alone would exceed).
   void validate() const;
 };
+
+// The aggregation options `o` sets, over the round's global block (DP is added by the round).
+AggregateOptions aggregate_options(const FedOptions& o, const std::vector<float>* global);
 
 // How many of `live` clients a round samples: ceil(fraction x live), at
 // least min_clients, at most live.
@@ -67,9 +82,11 @@ int sampled_per_round(double fraction, int live, int min_clients);
 // seed, limit_test and dataset for the test set; the training split stays on
 // the clients) and `options`. Returns the result JSON: mode "fed", strategy,
 // clients, rounds [{round, accuracy, loss, train_loss, participating, sampled,
-// dropped, rejected, clipped, clipped_count, bytes_down, bytes_up, seconds}],
+// dropped, rejected, clipped, clipped_count, bytes_down, bytes_up, seconds;
+// krum_selected with Krum; epsilon, dp_clipped, dp_clipped_count with DP}],
 // test_accuracy, test_loss, refused_messages ({reason: count}),
-// clipped_updates, messages_from_clients, devices, ... Throws std::runtime_error with
+// clipped_updates, messages_from_clients, devices, stopped_reason, with DP
+// epsilon, dp_delta, dp_noise_multiplier, dp_clip, ... Throws std::runtime_error with
 // a clear message on failure (too few clients, a round below K updates).
 nlohmann::json train_federated(const TrainConfig& config, const FedOptions& options);
 

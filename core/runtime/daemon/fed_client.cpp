@@ -44,6 +44,42 @@ void parse_shard_spec(const std::string& text, int& shard, int& num_shards) {
   num_shards = static_cast<int>(n);
 }
 
+namespace {
+
+// K of "scale:K", or nothing when `poison` is not of that form.
+std::optional<double> poison_scale(const std::string& poison) {
+  if (poison.rfind("scale:", 0) != 0) return std::nullopt;
+  const std::string k = poison.substr(6);
+  try {
+    size_t used = 0;
+    const double v = std::stod(k, &used);
+    if (used == k.size() && std::isfinite(v)) return v;
+  } catch (const std::exception&) {
+  }
+  return std::nullopt;
+}
+
+// The --poison test hook: corrupts the update `values` trained from `global`.
+void poison_update(const std::string& poison, std::vector<float>& values, const std::vector<float>& global) {
+  if (poison == "nan") std::fill(values.begin(), values.end(), std::numeric_limits<float>::quiet_NaN());
+  if (poison == "inf") std::fill(values.begin(), values.end(), std::numeric_limits<float>::infinity());
+  if (poison == "shape") values.pop_back();
+  // A Byzantine client: its own step from the global block, reversed or magnified.
+  const std::optional<double> scale = poison == "sign-flip" ? std::optional<double>(-1.0) : poison_scale(poison);
+  if (scale)
+    for (size_t i = 0; i < values.size(); ++i)
+      values[i] = static_cast<float>(global[i] + *scale * (static_cast<double>(values[i]) - global[i]));
+}
+
+}  // namespace
+
+std::string fed_poison_refusal(const std::string& poison) {
+  if (poison.empty() || poison == "nan" || poison == "inf" || poison == "shape" || poison == "sign-flip" ||
+      poison_scale(poison))
+    return "";
+  return "must be nan, inf, shape, sign-flip or scale:K (K a finite number), got '" + poison + "'";
+}
+
 bool is_fed_assign(const AssignMsg& assign) { return std::holds_alternative<transport::FedJob>(assign.job); }
 
 void add_proximal_term(Device& device, const Tensor& grads, const Tensor& params, const Tensor& global, float mu) {
@@ -62,8 +98,7 @@ FedClient::FedClient(FedClientOptions options) : options_(std::move(options)) {
   if (options_.num_shards < 1 || options_.shard < 0 || options_.shard >= options_.num_shards)
     throw std::invalid_argument("federated client: shard " + std::to_string(options_.shard) + " of " +
                                 std::to_string(options_.num_shards) + " is out of range");
-  if (!options_.poison.empty() && options_.poison != "nan" && options_.poison != "inf" && options_.poison != "shape")
-    throw std::invalid_argument("--poison must be nan, inf or shape, got '" + options_.poison + "'");
+  if (const std::string why = fed_poison_refusal(options_.poison); !why.empty()) throw std::invalid_argument("--poison " + why);
   if (options_.supplied) {
     check_dataset(*options_.supplied);
     data_ = *options_.supplied;
@@ -192,9 +227,7 @@ class FedClientJob {
       }
     }
     auto values = std::make_shared<std::vector<float>>(model_->params().to_host());
-    if (options_.poison == "nan") std::fill(values->begin(), values->end(), std::numeric_limits<float>::quiet_NaN());
-    if (options_.poison == "inf") std::fill(values->begin(), values->end(), std::numeric_limits<float>::infinity());
-    if (options_.poison == "shape") values->pop_back();
+    poison_update(options_.poison, *values, global_values);
     const double train_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
     WeightsMsg w;
     w.stage = 0;

@@ -39,7 +39,7 @@ struct FedClientOptions {
   std::string partition = "iid";  // iid | dirichlet:ALPHA
   uint64_t seed = 1;             // partition seed: every client of a run must use the same
   int64_t limit = -1;            // use only the first N samples of the training split before sharding
-  std::string poison;            // test hook: "" | nan | inf | shape (corrupts every update sent)
+  std::string poison;            // test hook: "" | nan | inf | shape | sign-flip | scale:K (corrupts every update sent)
   // Data an embedding app supplies (the SDK fills it from the app's callbacks,
   // include/cleave/cleave.h): this client's shard itself, already in memory.
   // When set, `dataset`, `dataset_dir`, `partition` and `limit` are unused;
@@ -59,6 +59,11 @@ using FedRoundHook = std::function<void(int64_t round, double loss)>;
 // Parses "i/N" (0 <= i < N) into shard and num_shards; throws std::invalid_argument
 // naming the problem ("--shard 4/4: shard index must be below 4").
 void parse_shard_spec(const std::string& text, int& shard, int& num_shards);
+
+// "" when `poison` is a valid value of the --poison test hook, else why not:
+// nan | inf | shape (the update's values or size), sign-flip (sends
+// global - (update - global)), scale:K (sends global + K (update - global), K finite).
+std::string fed_poison_refusal(const std::string& poison);
 
 // True when an assignment starts a federated job (it carries a FedJob).
 bool is_fed_assign(const transport::AssignMsg& assign);
