@@ -151,8 +151,8 @@ int main(int argc, char** argv) {
   }
   cleave::Options options;
   try {
+    apply_flags(options, flags);  // each value first (as CLI11's checks), then how they combine
     if (const std::string why = flag_conflict(flags); !why.empty()) throw cleave::Error(CLEAVE_ERR_INVALID_ARGUMENT, why);
-    apply_flags(options, flags);
   } catch (const cleave::Error& e) {
     std::fprintf(stderr, "cleaved: error: %s\nRun `cleaved --help` for the flags.\n", e.what());
     return kExitUsage;
