@@ -1,8 +1,10 @@
 // bench_idle_rss: resident memory of idle `cleaved --backend cpu` daemons
-// (issue 13, finding 9; target: at most 16 MiB for a CPU daemon). Prints a
-// table and writes JSON.
+// (issue 13, finding 9; target: at most 16 MiB for a CPU daemon), and what an
+// SDK client adds to an app (issue 14; target: at most 16 MiB while idle).
+// Prints a table and writes JSON.
 //
-//   bench_idle_rss [--cleaved PATH] [--runs 5] [--settle 2] [--json bench-idle-rss.json]
+//   bench_idle_rss [--cleaved PATH] [--app PATH] [--lib PATH] [--runs 5] [--settle 2]
+//                  [--json bench-idle-rss.json]
 //
 // Each run starts a fresh daemon and, once it is idle, reads VmRSS, RssAnon,
 // RssFile, VmHWM and Threads from /proc/PID/status, counts the CUDA / OpenCL
@@ -13,6 +15,16 @@
 //                    in this process, on the daemon's allow-list) that gives it no job
 //   auto             unconnected with --backend auto (the default): the GPU
 //                    backends' modules are tried and, without a GPU, the CPU used
+//   sdk-registered-1t  the app sdk_rss_app.c (--app), holding 1000 samples of
+//                    its own, dlopen()s libcleave (--lib) and runs a federated
+//                    client (CPU, 1 thread) registered with the in-process
+//                    coordinator; "added" is its VmRSS then minus its VmRSS
+//                    before dlopen (the SDK's copy of the app's 3 MiB of data
+//                    included)
+//   sdk-fed-job-1t   the same app in a real `cleave fed` run (3 rounds of the
+//                    MLP, the only client); "added" is its highest VmRSS during
+//                    the job minus the baseline (needs Fashion-MNIST for the
+//                    coordinator; skipped, and said so, without it)
 // "Idle" is --settle seconds after the start-up probe ("GFLOP/s measured" in
 // its log) and, for registered-1t, after its first registration arrived. Each
 // setup reports the median of --runs; the machine's cores, memory and load
@@ -57,6 +69,8 @@ constexpr double kKiB = 1024.0;
 
 struct Args {
   std::string cleaved = CLEAVE_BUILD_DIR "/apps/cleaved/cleaved";
+  std::string app = CLEAVE_BUILD_DIR "/bench/daemon/sdk_rss_app";
+  std::string lib = CLEAVE_BUILD_DIR "/sdk/libcleave.so.0";
   int runs = 5;
   double settle = 2.0;
   std::string json = "bench-idle-rss.json";
@@ -197,17 +211,92 @@ Sample run_once(const Args& a, const std::string& setup) {
   return s;
 }
 
+// The number after "KEY " in the app's output (-1 when it is not there).
+double app_value(const std::string& log, const std::string& key) {
+  const size_t at = log.find(key + " ");
+  return at == std::string::npos ? -1 : std::atof(log.c_str() + at + key.size() + 1);
+}
+
+bool have_fashion_mnist() {
+  const char* env = std::getenv("CLEAVE_DATA_DIR");
+  for (const std::string& d : {env ? std::string(env) : "", env ? std::string(env) + "/fashion-mnist" : "",
+                              std::string("/usr/share/datasets/fashion-mnist")})
+    if (!d.empty() && (fs::exists(d + "/train-images-idx3-ubyte.gz") || fs::exists(d + "/train-images-idx3-ubyte")))
+      return true;
+  return false;
+}
+
+// The SDK app of `setup` (sdk-registered-1t: sampled while it waits for a job;
+// sdk-fed-job-1t: its peak during a `cleave fed` job, as it reports it).
+Sample run_sdk_once(const Args& a, const std::string& setup) {
+  cleave::bench::LocalDaemons keys({"app"}, a.cleaved);
+  const std::string dir = fs::path(keys.coordinator_key()).parent_path().string();
+  const std::string log = dir + "/app.log";
+  std::unique_ptr<cleave::transport::ServerEndpoint> server;
+  pid_t coordinator = -1;
+  std::string endpoint;
+  if (setup == "sdk-registered-1t") {
+    cleave::transport::ServerOptions o;
+    o.keys = cleave::transport::load_secret_key(keys.coordinator_key());
+    o.allow = cleave::transport::AllowList::load(keys.allow());
+    o.label = "bench coordinator";
+    server = std::make_unique<cleave::transport::ServerEndpoint>(o);
+    endpoint = server->endpoint();
+  } else {
+    const std::string fed_log = dir + "/fed.log";
+    coordinator = cleave::spawn({CLEAVE_BUILD_DIR "/apps/cleave/cleave", "fed", "--model", CLEAVE_SOURCE_DIR "/models/mlp.json",
+                                 "--dataset", "fashion-mnist", "--clients", "1", "--rounds", "3", "--batch", "32",
+                                 "--limit-test", "500", "--threads", "1", "--key", keys.coordinator_key(), "--allow",
+                                 keys.allow(), "--listen", "tcp://127.0.0.1:*", "--shutdown-clients"},
+                                fed_log);
+    wait_for_log(fed_log, "listening on ", [] { std::this_thread::sleep_for(std::chrono::milliseconds(50)); });
+    const std::string text = read_all(fed_log);
+    const size_t at = text.find("listening on ") + 13;
+    endpoint = text.substr(at, text.find(',', at) - at);
+  }
+  const pid_t pid = cleave::spawn({a.app, "--lib", a.lib, "--coordinator", endpoint, "--key", dir + "/app.key",
+                                   "--coordinator-key", dir + "/coordinator.pub", "--threads", "1", "--max-jobs",
+                                   server ? "0" : "1"},
+                                  log);
+  Sample s;
+  try {
+    if (server) {
+      wait_for_log(log, "waiting 1", [&] { serve_for(server.get(), 0.05, nullptr); });
+      serve_for(server.get(), a.settle, nullptr);
+      s = sample(pid);
+      s.status["Added"] = s.status["VmRSS"] - app_value(read_all(log), "baseline_kib");
+    } else {
+      wait_for_log(log, "end_kib", [] { std::this_thread::sleep_for(std::chrono::milliseconds(100)); });
+      const std::string out = read_all(log);
+      s.status["VmRSS"] = app_value(out, "job_peak_kib");
+      s.status["Added"] = s.status["VmRSS"] - app_value(out, "baseline_kib");
+    }
+    s.status["Baseline"] = app_value(read_all(log), "baseline_kib");
+    s.status["Loaded"] = app_value(read_all(log), "loaded_kib");
+  } catch (...) {
+    cleave::terminate(pid);
+    if (coordinator > 0) cleave::terminate(coordinator);
+    throw;
+  }
+  cleave::terminate(pid);
+  if (coordinator > 0) cleave::terminate(coordinator);
+  return s;
+}
+
 Args parse(int argc, char** argv) {
   Args a;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--help" || arg == "-h") {
-      std::cout << "usage: bench_idle_rss [--cleaved PATH] [--runs N] [--settle SECONDS] [--json PATH]\n";
+      std::cout << "usage: bench_idle_rss [--cleaved PATH] [--app PATH] [--lib PATH] [--runs N] [--settle SECONDS] "
+                   "[--json PATH]\n";
       std::exit(0);
     }
     if (i + 1 >= argc) throw std::invalid_argument(arg + " needs a value");
     const std::string v = argv[++i];
     if (arg == "--cleaved") a.cleaved = v;
+    else if (arg == "--app") a.app = v;
+    else if (arg == "--lib") a.lib = v;
     else if (arg == "--runs") a.runs = static_cast<int>(cleave::bench::parse_int_arg(arg, v, 1));
     else if (arg == "--settle") a.settle = cleave::bench::parse_positive_arg(arg, v);
     else if (arg == "--json") a.json = v;
@@ -250,35 +339,47 @@ int main(int argc, char** argv) {
                              {"target_vmrss_bytes", kTargetMiB * kKiB * kKiB},
                              {"machine", machine(load_average())},
                              {"setups", nlohmann::json::array()}};
-    std::printf("%-15s %5s %10s %10s %10s %10s %8s %9s %7s\n", "setup", "runs", "VmRSS MiB", "anon MiB", "file MiB",
-                "HWM MiB", "threads", "GPU libs", "target");
-    for (const std::string setup : {"unconnected", "unconnected-1t", "registered-1t", "auto"}) {
+    std::printf("%-17s %5s %10s %10s %10s %10s %10s %8s %9s %7s\n", "setup", "runs", "VmRSS MiB", "added MiB",
+                "anon MiB", "file MiB", "HWM MiB", "threads", "GPU libs", "target");
+    for (const std::string setup :
+         {"unconnected", "unconnected-1t", "registered-1t", "auto", "sdk-registered-1t", "sdk-fed-job-1t"}) {
+      const bool sdk = setup.starts_with("sdk-");
+      if (setup == "sdk-fed-job-1t" && !have_fashion_mnist()) {
+        std::printf("%-17s skipped: Fashion-MNIST is not installed (the coordinator needs it)\n", setup.c_str());
+        report["setups"].push_back({{"setup", setup}, {"skipped", "Fashion-MNIST is not installed"}});
+        continue;
+      }
       std::map<std::string, std::vector<double>> values;
       nlohmann::json runs = nlohmann::json::array();
       Sample last;
       for (int r = 0; r < a.runs; ++r) {
-        last = run_once(a, setup);
+        last = sdk ? run_sdk_once(a, setup) : run_once(a, setup);
         for (const auto& [k, v] : last.status) values[k].push_back(v);
         values["gpu_libraries"].push_back(last.gpu_libraries);
         runs.push_back({{"status_kib", last.status}, {"gpu_libraries", last.gpu_libraries}});
       }
       nlohmann::json median;
       for (const auto& [k, v] : values) median[k] = cleave::bench::median(v);
-      const double rss_mib = median.value("VmRSS", 0.0) / kKiB;
-      const bool meets = rss_mib <= kTargetMiB;
-      std::printf("%-15s %5d %10.1f %10.1f %10.1f %10.1f %8.0f %9.0f %7s\n", setup.c_str(), a.runs, rss_mib,
+      const double rss_mib = median.value("VmRSS", 0.0) / kKiB, added_mib = median.value("Added", 0.0) / kKiB;
+      // A daemon's target is its whole VmRSS; an SDK client's, what it adds to its app while idle.
+      const bool has_target = setup != "sdk-fed-job-1t";
+      const bool meets = (sdk ? added_mib : rss_mib) <= kTargetMiB;
+      char added[16] = "-";
+      if (sdk) std::snprintf(added, sizeof added, "%.1f", added_mib);
+      std::printf("%-17s %5d %10.1f %10s %10.1f %10.1f %10.1f %8.0f %9.0f %7s\n", setup.c_str(), a.runs, rss_mib, added,
                   median.value("RssAnon", 0.0) / kKiB, median.value("RssFile", 0.0) / kKiB,
                   median.value("VmHWM", 0.0) / kKiB, median.value("Threads", 0.0),
-                  median.value("gpu_libraries", 0.0), meets ? "met" : "MISSED");
+                  median.value("gpu_libraries", 0.0), has_target ? (meets ? "met" : "MISSED") : "-");
       report["setups"].push_back({{"setup", setup},
                                   {"median_kib", median},
                                   {"vmrss_mib", rss_mib},
-                                  {"meets_target", meets},
+                                  {"added_to_app_mib", sdk ? nlohmann::json(added_mib) : nlohmann::json()},
+                                  {"meets_target", has_target ? nlohmann::json(meets) : nlohmann::json()},
                                   {"largest_mappings_last_run", last.top},
                                   {"each_run", runs}});
     }
     report["machine"]["load_average_end"] = load_average();
-    std::printf("target: VmRSS <= %.0f MiB; load average %.2f -> %.2f; JSON: %s\n", kTargetMiB,
+    std::printf("target: VmRSS (a daemon) or added (an idle SDK client) <= %.0f MiB; load average %.2f -> %.2f; JSON: %s\n", kTargetMiB,
                 report["machine"]["load_average_start"].get<double>(), load_average(), a.json.c_str());
     cleave::write_json_file(a.json, report);
   } catch (const std::exception& e) {
