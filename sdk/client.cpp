@@ -108,7 +108,11 @@ void on_daemon_event(cleave_client* c, const cleave::DaemonEvent& e) {
     switch (e.kind) {
       case Kind::connected: c->info.state = CLEAVE_STATE_WAITING; p.job = CLEAVE_JOB_NONE; break;
       case Kind::job_started: c->info.state = CLEAVE_STATE_IN_JOB; c->info.job = p.job; p.event = CLEAVE_EVENT_JOB_STARTED; break;
-      case Kind::progress: c->info.step = p.step = e.step; c->info.loss = p.loss = e.loss; p.event = CLEAVE_EVENT_ROUND; break;
+      case Kind::progress:
+        c->info.step = p.step = e.step;
+        c->info.loss = p.loss = e.loss;
+        p.event = e.job == "fed" ? CLEAVE_EVENT_ROUND : CLEAVE_EVENT_STEP;
+        break;
       case Kind::job_ended:
         c->info.state = CLEAVE_STATE_WAITING;
         c->info.job = CLEAVE_JOB_NONE;

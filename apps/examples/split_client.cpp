@@ -109,6 +109,7 @@ const char* event_name(cleave_event e) {
     case CLEAVE_EVENT_JOB_STARTED: return "job started";
     case CLEAVE_EVENT_ROUND: return "round";
     case CLEAVE_EVENT_JOB_ENDED: return "job ended";
+    case CLEAVE_EVENT_STEP: return "step";
   }
   return "?";
 }
@@ -157,6 +158,10 @@ int run(const std::map<std::string, std::string>& flag) {
       .data(data.count(), {1, 28, 28}, 10, get("--shard"), filler(data))
       .test_data(test.count(), filler(test))
       .on_progress([](const cleave_progress& p) {
+        if (p.event == CLEAVE_EVENT_STEP) {  // every batch: a line per 5 is plenty
+          if ((p.step + 1) % 5 == 0) std::cout << "progress: step " << p.step + 1 << std::endl;
+          return;
+        }
         std::cout << "progress: " << event_name(p.event);
         if (p.event == CLEAVE_EVENT_ROUND) std::cout << " " << p.step + 1 << ", loss " << p.loss;
         std::cout << std::endl;

@@ -125,15 +125,18 @@ typedef enum cleave_event {
   CLEAVE_EVENT_CONNECTED = 0,   /* first authenticated connection to the coordinator */
   CLEAVE_EVENT_JOB_STARTED = 1, /* a job began: `job` says which */
   CLEAVE_EVENT_ROUND = 2,       /* a federated round trained: `step` = round (from 0), `loss` = mean local loss */
-  CLEAVE_EVENT_JOB_ENDED = 3
+  CLEAVE_EVENT_JOB_ENDED = 3,
+  CLEAVE_EVENT_STEP = 4         /* a pipeline step or a split-learning batch done: `step` (from 0), `loss` = its
+                                   mean loss where this client computes it (the last pipeline stage, a U-shaped
+                                   split client), NaN where it does not */
 } cleave_event;
 
 /* What the progress callback is told. Owned by the SDK, valid during the call only. */
 typedef struct cleave_progress {
   cleave_event event;
   cleave_job job;
-  int64_t step; /* CLEAVE_EVENT_ROUND: the round; else -1 */
-  double loss;  /* CLEAVE_EVENT_ROUND: mean local training loss; else 0 */
+  int64_t step; /* CLEAVE_EVENT_ROUND: the round; CLEAVE_EVENT_STEP: the step; else -1 */
+  double loss;  /* CLEAVE_EVENT_ROUND / _STEP: the mean training loss (NaN: not computed here); else 0 */
 } cleave_progress;
 
 typedef void (*cleave_progress_fn)(void* user, const cleave_progress* progress);
@@ -270,8 +273,8 @@ typedef struct cleave_client_info {
   cleave_role role;
   cleave_state state;
   cleave_job job;   /* the job running now, or CLEAVE_JOB_NONE */
-  int64_t step;     /* the last federated round trained (from 0), -1 before the first */
-  double loss;      /* its mean local loss (0 before the first) */
+  int64_t step;     /* the last federated round or step done (from 0), -1 before the first */
+  double loss;      /* its mean loss (0 before the first; NaN where this client computes none) */
   int64_t jobs_done;
 } cleave_client_info;
 

@@ -1,13 +1,15 @@
 // test_sdk_live.cpp: misuse of the SDK while a client runs (issue 14): a
 // progress callback that is slow, stop from another thread in the middle of a
 // federated round, a callback that calls wait or destroy on its own client;
-// options by name (cleave_options_set) as cleaved gives them; and the roles:
-// an app that joined as a federated client is never made a split client.
+// options by name (cleave_options_set) as cleaved gives them; the roles: an
+// app that joined as a federated client is never made a split client, and a
+// stage client hosts a pipeline stage, reporting every step.
 #include <catch2/catch.hpp>
 
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -15,7 +17,9 @@
 #include "cleave/cleave.h"
 #include "cleave/cleave.hpp"
 #include "core/data/shard.h"
+#include "core/runtime/coordinator/pipeline.h"
 #include "core/runtime/coordinator/split_coordinator.h"
+#include "core/train/local_trainer.h"
 #include "core/train/train_config.h"
 #include "integration/daemon_cluster.h"
 #include "log_capture.h"
@@ -252,4 +256,84 @@ TEST_CASE("SDK: an app that joined as a federated client is left out of a split-
   CHECK(info.jobs_done == 0);  // it was never given a split job
   CHECK(info.state == CLEAVE_STATE_WAITING);
   delete sdk;
+}
+
+namespace {
+
+// What a stage client's progress callback saw.
+struct StageSteps {
+  std::mutex mutex;
+  std::vector<int64_t> steps;
+  std::vector<double> losses;
+  int jobs_started = 0;
+};
+
+void on_stage_progress(void* user, const cleave_progress* p) {
+  auto* s = static_cast<StageSteps*>(user);
+  std::lock_guard<std::mutex> lock(s->mutex);
+  if (p->event == CLEAVE_EVENT_JOB_STARTED && p->job == CLEAVE_JOB_STAGE) ++s->jobs_started;
+  if (p->event != CLEAVE_EVENT_STEP) return;
+  s->steps.push_back(p->step);
+  s->losses.push_back(p->loss);
+}
+
+}  // namespace
+
+TEST_CASE("SDK: a stage client hosts a pipeline stage, reports every step (the loss where it is the last) and trains like local training",
+          "[sdk][integration][pipeline]") {
+  CLEAVE_SKIP_UNLESS_FASHION_MNIST();
+  cleave::TrainConfig cfg;
+  cfg.model_path = std::string(CLEAVE_SOURCE_DIR) + "/models/mlp.json";
+  cfg.epochs = 1;
+  cfg.batch = 32;
+  cfg.seed = 3;
+  cfg.limit_train = 320;
+  cfg.limit_test = 100;
+  cfg.microbatches = 2;
+  cfg.threads = 1;
+  cfg.progress = false;
+  const nlohmann::json local = cleave::train_local(cfg);
+
+  DaemonCluster cluster(2);  // dev1 a cleaved, dev2 this process's SDK client
+  cleave::ClusterOptions cl = cluster.options(2);
+  cl.shutdown_daemons = true;
+  StageSteps seen;
+  cleave_client* c = nullptr;
+  cl.on_listening = [&](const std::string& ep) {
+    cluster.start(1, ep);
+    cleave_options* o = nullptr;
+    REQUIRE(cleave_options_create(&o) == CLEAVE_OK);
+    REQUIRE(cleave_options_set(o, "coordinator", ep.c_str()) == CLEAVE_OK);
+    REQUIRE(cleave_options_set(o, "key", (cluster.dir() + "/dev2.key").c_str()) == CLEAVE_OK);
+    REQUIRE(cleave_options_set(o, "coordinator-key", (cluster.dir() + "/coordinator.pub").c_str()) == CLEAVE_OK);
+    REQUIRE(cleave_options_set(o, "backend", "cpu") == CLEAVE_OK);
+    REQUIRE(cleave_options_set(o, "threads", "1") == CLEAVE_OK);
+    REQUIRE(cleave_options_set_progress_callback(o, on_stage_progress, &seen) == CLEAVE_OK);
+    REQUIRE(cleave_client_create(o, &c) == CLEAVE_OK);
+    cleave_options_destroy(o);
+    REQUIRE(cleave_client_start(c) == CLEAVE_OK);
+  };
+  const nlohmann::json piped = cleave::train_pipeline(cfg, cl);
+  REQUIRE(c != nullptr);
+  const cleave_status s = cleave_client_wait(c, 30000);  // --shutdown-daemons released it
+  INFO(cleave_last_error() << cluster.log(1));
+  CHECK(s == CLEAVE_OK);
+  CHECK(cleave_client_destroy(c) == CLEAVE_OK);
+
+  const auto& a = local["losses"];
+  const auto& b = piped["losses"];
+  REQUIRE(a.size() == b.size());
+  REQUIRE(a.size() == 10);
+  for (size_t i = 0; i < a.size(); ++i) CHECK(std::abs(a[i].get<double>() - b[i].get<double>()) <= 1e-4 * a[i].get<double>());
+  bool sdk_last = false;
+  for (const auto& st : piped["plan"]) sdk_last = sdk_last || (st["device"] == "dev2" && st["stage"] == 1);
+  std::lock_guard<std::mutex> lock(seen.mutex);
+  CHECK(seen.jobs_started == 1);
+  REQUIRE(seen.steps.size() == a.size());  // one report per step, in order
+  for (size_t i = 0; i < seen.steps.size(); ++i) {
+    CHECK(seen.steps[i] == static_cast<int64_t>(i));
+    // The last stage computes the loss: it reports the step's mean; the first does not (NaN).
+    if (sdk_last) CHECK(std::abs(seen.losses[i] - b[i].get<double>()) <= 1e-4 * b[i].get<double>());
+    else CHECK(std::isnan(seen.losses[i]));
+  }
 }

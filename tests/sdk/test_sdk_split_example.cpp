@@ -107,6 +107,7 @@ TEST_CASE("SDK: the C++ split example joins cleave split as a client and trains 
   CHECK(out.find("progress: connected") != std::string::npos);
   CHECK(out.find("progress: job started") != std::string::npos);
   CHECK(out.find("progress: job ended") != std::string::npos);
+  CHECK(out.find("progress: step 5") != std::string::npos);  // its 5 batches are reported (printed every 5th)
   CHECK(out.find("split_client: done, 1 job(s)") != std::string::npos);
 
   REQUIRE(run["steps"] == reference["steps"]);

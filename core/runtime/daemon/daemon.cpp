@@ -93,14 +93,7 @@ JobEnd dispatch_job(const JobContext& ctx, FedClient* fed, const AssignMsg& a, u
       return JobEnd::refused;
     }
     FedRoundHook on_round;
-    if (ctx.options.on_event) on_round = [&ctx](int64_t round, double loss) {
-      DaemonEvent e;
-      e.kind = DaemonEvent::Kind::progress;
-      e.job = "fed";
-      e.step = round;
-      e.loss = loss;
-      ctx.options.on_event(e);
-    };
+    if (ctx.options.on_event) on_round = [&ctx](int64_t round, double loss) { ctx.progress("fed", round, loss); };
     return fed->run(ctx.channel, ctx.device, a, rid, name, ctx.options.coordinator_timeout_ms, ctx.stop, on_round);
   }
   return run_pipeline_stage(ctx, a, rid);  // pipeline_job.h

@@ -30,7 +30,7 @@ struct DaemonEvent {
   enum class Kind {
     connected,       // the first authenticated connection to the coordinator
     job_started,     // an assignment was accepted: `job` says which kind
-    progress,        // a federated round trained: `step` = round, `loss` = mean local loss
+    progress,        // a federated round or a stage / split step done: `step`, `loss` (NaN: not known here)
     job_ended,       // the job ended (finished, abandoned or shut down)
     no_coordinator,  // connect_timeout_ms passed unconnected: `message` says why; the daemon exits
   };

@@ -25,6 +25,18 @@ struct JobContext {
   JobServing serving(const char* what) const {
     return {channel, options.name, what, options.coordinator_timeout_ms, stop};
   }
+  // Tells whoever embeds the daemon (the SDK's progress callback) that `job`
+  // ("fed" | "stage" | "split") finished round or step `step`; `loss` is its
+  // mean loss where this daemon computes one, NaN where it does not.
+  void progress(const char* job, int64_t step, double loss) const {
+    if (!options.on_event) return;
+    DaemonEvent e;
+    e.kind = DaemonEvent::Kind::progress;
+    e.job = job;
+    e.step = step;
+    e.loss = loss;
+    options.on_event(e);
+  }
 };
 
 // Sets a job up with `setup`, which returns the assignment's ack detail (JSON).

@@ -5,6 +5,7 @@
 
 #include <cstdio>
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <memory>
 #include <stdexcept>
@@ -324,6 +325,9 @@ class PipelineStage {
     mm.sample_count = sm.samples;
     mm.step_ms = (monotonic_us() - t0) / 1000.0;
     ctx_.channel.send(message_of(mm));
+    const bool last = job.stage->index() == job.stage->count() - 1;
+    ctx_.progress("stage", s.step,
+                  last && sm.samples > 0 ? sm.loss_sum / static_cast<double>(sm.samples) : std::nan(""));
   }
 
   const JobContext& ctx_;

@@ -170,6 +170,7 @@ class SplitClient {
       t.from_host(bt.y.data());
       const uint64_t dropout_seed =
           DropoutKey(seed_ + static_cast<uint64_t>(index_), static_cast<uint64_t>(train_steps_)).microbatch_seed(0);
+      double step_loss = std::nan("");
       Tensor a = front_->forward(x, 0, /*training=*/true, dropout_seed);
       link_->send(TensorKind::kActivation, seq_, a);
       if (!labels_on_client_) {
@@ -184,6 +185,7 @@ class SplitClient {
         mm.stage = index_;
         mm.step = train_steps_;
         mm.loss_sum = tr.loss.loss_sum;
+        step_loss = tr.loss.loss_sum / static_cast<double>(bt.size);
         mm.correct = tr.loss.correct;
         mm.sample_count = bt.size;
         mm.phase = SplitPhase::kTrain;
@@ -193,6 +195,7 @@ class SplitClient {
       Tensor da = link_->receive(TensorKind::kGradient, seq_, front_->output_shape(), bt.size);
       front_->backward(da, 0, /*need_dx=*/false);
       apply_gradients(*front_, *front_opt_);
+      ctx_.progress("split", train_steps_, step_loss);  // the loss only where this client computes it (U-shaped)
       ++seq_;
       ++train_steps_;
       ++steps;
