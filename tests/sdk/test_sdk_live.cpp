@@ -337,3 +337,48 @@ TEST_CASE("SDK: a stage client hosts a pipeline stage, reports every step (the l
     else CHECK(std::isnan(seen.losses[i]));
   }
 }
+
+namespace {
+
+struct LogLines {
+  std::mutex mutex;
+  std::vector<std::pair<cleave_log_level, std::string>> lines;
+};
+
+void collect_log(void* user, cleave_log_level level, const char* line) {
+  auto* l = static_cast<LogLines*>(user);
+  std::lock_guard<std::mutex> lock(l->mutex);
+  l->lines.emplace_back(level, line);
+}
+
+}  // namespace
+
+TEST_CASE("SDK: a log callback receives the client's log lines with their levels while it runs", "[sdk]") {
+  const auto keys = cleave::transport::generate_keypair(), coordinator = cleave::transport::generate_keypair();
+  LogLines got;
+  cleave_options* o = nullptr;
+  REQUIRE(cleave_options_create(&o) == CLEAVE_OK);
+  const std::string ep = "tcp://127.0.0.1:" + std::to_string(cleave::testing::free_loopback_port());
+  REQUIRE(cleave_options_set_coordinator(o, ep.c_str()) == CLEAVE_OK);
+  REQUIRE(cleave_options_set_keys_z85(o, keys.secret_key.c_str(), coordinator.public_key.c_str()) == CLEAVE_OK);
+  REQUIRE(cleave_options_set_name(o, "logger") == CLEAVE_OK);
+  REQUIRE(cleave_options_set_backend(o, "cpu", 1) == CLEAVE_OK);
+  REQUIRE(cleave_options_set_connect_timeout(o, 500) == CLEAVE_OK);
+  REQUIRE(cleave_options_set_log_callback(o, collect_log, &got) == CLEAVE_OK);
+  cleave_client* c = nullptr;
+  REQUIRE(cleave_client_create(o, &c) == CLEAVE_OK);
+  cleave_options_destroy(o);
+  REQUIRE(cleave_client_start(c) == CLEAVE_OK);
+  CHECK(cleave_client_wait(c, 20000) == CLEAVE_ERR_UNREACHABLE);
+  CHECK(cleave_client_destroy(c) == CLEAVE_OK);
+  std::lock_guard<std::mutex> lock(got.mutex);
+  bool probe = false, gave_up = false;
+  for (const auto& [level, line] : got.lines) {
+    probe = probe || (level == CLEAVE_LOG_INFO && line.find("logger") != std::string::npos &&
+                      line.find("GFLOP/s measured") != std::string::npos);
+    gave_up = gave_up || (level == CLEAVE_LOG_ERROR && line.find("no connection to the coordinator") != std::string::npos);
+    CHECK(line.find('\n') == std::string::npos);  // one line each, no newline
+  }
+  CHECK(probe);
+  CHECK(gave_up);
+}
