@@ -4,6 +4,8 @@
 // its callbacks and answering status queries under one mutex.
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <functional>
 #include <filesystem>
 #include <memory>
 #include <mutex>
@@ -52,44 +54,82 @@ void remove_log_client(const cleave_client* c) {
 
 // ---- The client's thread.
 
-// Reads the app's samples through its callback, 256 at a time; throws
-// DataCallbackError when it fails, returns short or gives invalid labels.
-// `what` names the callback in messages ("data", "test-data").
-std::shared_ptr<const cleave::Dataset> read_app_data(const AppData& app, const char* what,
-                                                     const std::atomic<bool>& stop) {
+// "samples [lo, hi)" for consecutive indices, else "a batch of n samples".
+std::string describe(const int64_t* indices, int64_t count) {
+  for (int64_t k = 1; k < count; ++k)
+    if (indices[k] != indices[0] + k) return "a batch of " + std::to_string(count) + " samples";
+  return "samples [" + std::to_string(indices[0]) + ", " + std::to_string(indices[0] + count) + ")";
+}
+
+// One call of the app's callback `what` ("data", "test-data") for `count`
+// samples at `indices` into x / y; throws DataCallbackError when it throws,
+// fails, returns short or gives a label that is not one of its classes.
+void fill_checked(const AppData& app, const char* what, const int64_t* indices, int64_t count, float* x, float* y) {
+  int64_t got = -1;
+  const std::string the = std::string("the ") + what + " callback";
+  try {
+    got = app.fill(app.user, indices, count, x, y);
+  } catch (...) {
+    throw DataCallbackError(the + " threw for " + describe(indices, count));
+  }
+  if (got < 0)
+    throw DataCallbackError(the + " failed (returned " + std::to_string(got) + ") for " + describe(indices, count));
+  if (got != count)
+    throw DataCallbackError(the + " returned short: " + std::to_string(got) + " of " + std::to_string(count) + " " +
+                            describe(indices, count));
+  for (int64_t k = 0; k < count; ++k) {
+    const float v = y[k];
+    const bool ok = app.num_classes > 0 ? (v >= 0.0f && v < static_cast<float>(app.num_classes) && v == std::floor(v))
+                                        : std::isfinite(v);
+    if (!ok)
+      throw DataCallbackError(the + " gave invalid samples: the label " + std::to_string(v) + " of sample " +
+                              std::to_string(indices[k]) + " is not " +
+                              (app.num_classes > 0 ? "a class in [0, " + std::to_string(app.num_classes) + ")"
+                                                   : std::string("a finite number")));
+  }
+}
+
+// The app's samples as a dataset: read once through the callback, 256 at a
+// time, to check them before the client dials (DataCallbackError when they
+// fail); then `copy` keeps them (test data, evaluated in place) or they are
+// fetched again batch by batch as training needs them (the SDK keeps no copy
+// of an app's training data). A later fetch that fails calls `failed` with
+// the message, then throws.
+std::shared_ptr<const cleave::Dataset> read_app_data(const AppData& app, const char* what, bool copy,
+                                                     const std::atomic<bool>& stop,
+                                                     std::function<void(const std::string&)> failed) {
   auto data = std::make_shared<cleave::Dataset>();
   data->name = "app";
   data->sample_shape = app.shape;
   data->num_classes = app.num_classes;
   const int64_t per = data->sample_numel();
-  data->x.resize(static_cast<size_t>(app.samples * per));
-  data->y.resize(static_cast<size_t>(app.samples));
   constexpr int64_t kChunk = 256;
+  std::vector<float> xs(static_cast<size_t>(copy ? app.samples * per : kChunk * per));
+  std::vector<float> ys(static_cast<size_t>(copy ? app.samples : kChunk));
   std::vector<int64_t> indices;
   for (int64_t lo = 0; lo < app.samples && !stop; lo += kChunk) {
     const int64_t count = std::min(kChunk, app.samples - lo);
     indices.resize(static_cast<size_t>(count));
     for (int64_t k = 0; k < count; ++k) indices[static_cast<size_t>(k)] = lo + k;
-    int64_t got = -1;
+    const int64_t at = copy ? lo : 0;
+    fill_checked(app, what, indices.data(), count, xs.data() + at * per, ys.data() + at);
+  }
+  if (copy) {
+    data->x = std::move(xs);
+    data->y = std::move(ys);
+    return data;
+  }
+  auto source = std::make_shared<cleave::Dataset::Source>();
+  source->count = app.samples;
+  source->fetch = [app, what, failed](const int64_t* idx, int64_t n, float* x, float* y) {
     try {
-      got = app.fill(app.user, indices.data(), count, data->x.data() + lo * per, data->y.data() + lo);
-    } catch (...) {
-      throw DataCallbackError(std::string("the ") + what + " callback threw for samples [" + std::to_string(lo) + ", " +
-                              std::to_string(lo + count) + ")");
+      fill_checked(app, what, idx, n, x, y);
+    } catch (const DataCallbackError& e) {
+      failed(e.what());
+      throw;
     }
-    const std::string range = "samples [" + std::to_string(lo) + ", " + std::to_string(lo + count) + ")";
-    if (got < 0)
-      throw DataCallbackError(std::string("the ") + what + " callback failed (returned " + std::to_string(got) +
-                              ") for " + range);
-    if (got != count)
-      throw DataCallbackError(std::string("the ") + what + " callback returned short: " + std::to_string(got) + " of " +
-                              std::to_string(count) + " " + range);
-  }
-  try {
-    cleave::check_dataset(*data);
-  } catch (const std::exception& e) {
-    throw DataCallbackError(std::string("the ") + what + " callback gave invalid samples: " + e.what());
-  }
+  };
+  data->source = std::move(source);
   return data;
 }
 
@@ -138,12 +178,18 @@ cleave_status run_client(cleave_client* c, std::string& message) {
   cleave::DaemonOptions d = c->options.daemon;
   if (!c->options.log_level.empty()) cleave::transport::set_log_level(cleave::sdk::log_level_named(c->options.log_level));
   if (c->options.data.fill) {
-    d.fed.supplied = read_app_data(c->options.data, "data", c->stop);
+    // A fetch that fails during a job ends the client with CLEAVE_ERR_DATA_CALLBACK.
+    auto failed = [c](const std::string& why) {
+      std::lock_guard<std::mutex> lock(c->mutex);
+      if (c->data_failure.empty()) c->data_failure = why;
+      c->stop = true;
+    };
+    d.fed.supplied = read_app_data(c->options.data, "data", /*copy=*/false, c->stop, failed);
     if (c->options.test_data.fill && !c->stop) {
       AppData test = c->options.test_data;
       test.shape = c->options.data.shape;  // as set_data says now
       test.num_classes = c->options.data.num_classes;
-      d.fed.supplied_test = read_app_data(test, "test-data", c->stop);
+      d.fed.supplied_test = read_app_data(test, "test-data", /*copy=*/true, c->stop, failed);
     }
     if (c->stop) return end(CLEAVE_ERR_STOPPED, "stopped by cleave_client_stop");
   }
@@ -157,6 +203,10 @@ cleave_status run_client(cleave_client* c, std::string& message) {
   if (code == cleave::kExitNoCoordinator) {
     std::lock_guard<std::mutex> lock(c->mutex);
     return end(c->refused_key ? CLEAVE_ERR_REFUSED_KEY : CLEAVE_ERR_UNREACHABLE, c->no_coordinator_message);
+  }
+  {
+    std::lock_guard<std::mutex> lock(c->mutex);
+    if (!c->data_failure.empty()) return end(CLEAVE_ERR_DATA_CALLBACK, c->data_failure + " (during a job)");
   }
   if (c->stop) return end(CLEAVE_ERR_STOPPED, "stopped by cleave_client_stop");
   if (code != 0) return end(CLEAVE_ERR_INTERNAL, "the client ended with code " + std::to_string(code));

@@ -96,4 +96,5 @@ struct cleave_client {
   cleave_client_info info{};
   std::string no_coordinator_message;
   bool refused_key = false;
+  std::string data_failure;  // a data callback that failed during a job: the client ends with DATA_CALLBACK
 };

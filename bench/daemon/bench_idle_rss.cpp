@@ -3,7 +3,7 @@
 // SDK client adds to an app (issue 14; target: at most 16 MiB while idle).
 // Prints a table and writes JSON.
 //
-//   bench_idle_rss [--cleaved PATH] [--app PATH] [--lib PATH] [--runs 5] [--settle 2]
+//   bench_idle_rss [--cleaved PATH] [--app PATH] [--lib PATH] [--app-samples 10000] [--runs 5] [--settle 2]
 //                  [--json bench-idle-rss.json]
 //
 // Each run starts a fresh daemon and, once it is idle, reads VmRSS, RssAnon,
@@ -15,12 +15,13 @@
 //                    in this process, on the daemon's allow-list) that gives it no job
 //   auto             unconnected with --backend auto (the default): the GPU
 //                    backends' modules are tried and, without a GPU, the CPU used
-//   sdk-registered-1t  the app sdk_rss_app.c (--app), holding 1000 samples of
-//                    its own, dlopen()s libcleave (--lib) and runs a federated
-//                    client (CPU, 1 thread) registered with the in-process
-//                    coordinator; "added" is its VmRSS then minus its VmRSS
-//                    before dlopen (the SDK's copy of the app's 3 MiB of data
-//                    included)
+//   sdk-registered-1t  the app sdk_rss_app.c (--app), holding --app-samples
+//                    samples of its own (default 10000: 30 MiB), dlopen()s
+//                    libcleave (--lib) and runs a federated client (CPU, 1
+//                    thread) registered with the in-process coordinator;
+//                    "added" is its VmRSS then minus its VmRSS before dlopen
+//                    (the SDK reads the app's samples through its callback and
+//                    keeps no copy)
 //   sdk-fed-job-1t   the same app in a real `cleave fed` run (3 rounds of the
 //                    MLP, the only client); "added" is its highest VmRSS during
 //                    the job minus the baseline (needs Fashion-MNIST for the
@@ -71,6 +72,7 @@ struct Args {
   std::string cleaved = CLEAVE_BUILD_DIR "/apps/cleaved/cleaved";
   std::string app = CLEAVE_BUILD_DIR "/bench/daemon/sdk_rss_app";
   std::string lib = CLEAVE_BUILD_DIR "/sdk/libcleave.so.0";
+  int64_t app_samples = 10000;
   int runs = 5;
   double settle = 2.0;
   std::string json = "bench-idle-rss.json";
@@ -256,7 +258,7 @@ Sample run_sdk_once(const Args& a, const std::string& setup) {
   }
   const pid_t pid = cleave::spawn({a.app, "--lib", a.lib, "--coordinator", endpoint, "--key", dir + "/app.key",
                                    "--coordinator-key", dir + "/coordinator.pub", "--threads", "1", "--max-jobs",
-                                   server ? "0" : "1"},
+                                   server ? "0" : "1", "--samples", std::to_string(a.app_samples)},
                                   log);
   Sample s;
   try {
@@ -288,8 +290,8 @@ Args parse(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--help" || arg == "-h") {
-      std::cout << "usage: bench_idle_rss [--cleaved PATH] [--app PATH] [--lib PATH] [--runs N] [--settle SECONDS] "
-                   "[--json PATH]\n";
+      std::cout << "usage: bench_idle_rss [--cleaved PATH] [--app PATH] [--lib PATH] [--app-samples N] [--runs N] "
+                   "[--settle SECONDS] [--json PATH]\n";
       std::exit(0);
     }
     if (i + 1 >= argc) throw std::invalid_argument(arg + " needs a value");
@@ -297,6 +299,7 @@ Args parse(int argc, char** argv) {
     if (arg == "--cleaved") a.cleaved = v;
     else if (arg == "--app") a.app = v;
     else if (arg == "--lib") a.lib = v;
+    else if (arg == "--app-samples") a.app_samples = cleave::bench::parse_int_arg(arg, v, 1);
     else if (arg == "--runs") a.runs = static_cast<int>(cleave::bench::parse_int_arg(arg, v, 1));
     else if (arg == "--settle") a.settle = cleave::bench::parse_positive_arg(arg, v);
     else if (arg == "--json") a.json = v;
@@ -336,6 +339,7 @@ int main(int argc, char** argv) {
                              {"cleaved", fs::absolute(a.cleaved).string()},
                              {"runs", a.runs},
                              {"settle_seconds", a.settle},
+                             {"app_samples", a.app_samples},
                              {"target_vmrss_bytes", kTargetMiB * kKiB * kKiB},
                              {"machine", machine(load_average())},
                              {"setups", nlohmann::json::array()}};

@@ -87,6 +87,7 @@ Dataset load_idx_dir(const std::string& dir, bool train, int64_t limit) {
 }  // namespace
 
 int64_t Dataset::size() const {
+  if (source) return source->count;
   if (text) return std::max<int64_t>(0, static_cast<int64_t>(text->size()) - sample_numel());
   const int64_t per = target_numel();
   return per > 0 ? static_cast<int64_t>(y.size()) / per : 0;
@@ -104,7 +105,20 @@ int64_t Dataset::target_numel() const {
   return n;
 }
 
+void Dataset::copy_samples(const int64_t* indices, int64_t n, float* xs, float* ys) const {
+  if (source) {
+    source->fetch(indices, n, xs, ys);
+    return;
+  }
+  const auto per = static_cast<size_t>(sample_numel()), tper = static_cast<size_t>(target_numel());
+  for (int64_t k = 0; k < n; ++k) copy_sample(indices[k], xs + static_cast<size_t>(k) * per, ys + static_cast<size_t>(k) * tper);
+}
+
 void Dataset::copy_sample(int64_t i, float* xs, float* ys) const {
+  if (source) {
+    source->fetch(&i, 1, xs, ys);
+    return;
+  }
   const auto per = static_cast<size_t>(sample_numel()), tper = static_cast<size_t>(target_numel());
   const auto at = static_cast<size_t>(i);
   if (text) {  // window [i, i + T) and its next bytes
@@ -140,6 +154,11 @@ void check_dataset(const Dataset& data) {
   if (data.text) {
     check_text(data, who);
     return;  // bytes are classes [0, 256)
+  }
+  if (data.source) {
+    if (!data.x.empty() || !data.y.empty() || data.source->count < 0 || !data.source->fetch)
+      throw std::runtime_error(who + ": a sample source holds no x / y and needs a count and a fetch");
+    return;
   }
   if (static_cast<int64_t>(data.y.size()) != data.size() * data.target_numel())
     throw std::runtime_error(who + ": y holds " + std::to_string(data.y.size()) + " floats, not a multiple of " +
@@ -237,18 +256,16 @@ Dataset subset(const Dataset& data, const std::vector<int64_t>& indices) {
   out.num_classes = data.num_classes;
   const int64_t n = data.size();
   const size_t per = static_cast<size_t>(data.sample_numel()), tper = static_cast<size_t>(data.target_numel());
-  if (!data.text && data.x.size() != static_cast<size_t>(n) * per)
+  if (!data.text && !data.source && data.x.size() != static_cast<size_t>(n) * per)
     throw std::runtime_error("subset of dataset '" + data.name + "': x holds " + std::to_string(data.x.size()) +
                              " floats, expected " + std::to_string(n) + " samples of " + std::to_string(per));
   out.x.resize(indices.size() * per);
   out.y.resize(indices.size() * tper);
-  for (size_t k = 0; k < indices.size(); ++k) {
-    const int64_t i = indices[k];
+  for (const int64_t i : indices)
     if (i < 0 || i >= n)
       throw std::out_of_range("subset of dataset '" + data.name + "': index " + std::to_string(i) +
                               " is outside [0, " + std::to_string(n) + ")");
-    data.copy_sample(i, out.x.data() + k * per, out.y.data() + k * tper);
-  }
+  data.copy_samples(indices.data(), static_cast<int64_t>(indices.size()), out.x.data(), out.y.data());
   return out;
 }
 

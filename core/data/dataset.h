@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -33,6 +34,14 @@ struct Dataset {
   // empty and sample i, for i in [0, text->size() - T), is bytes [i, i + T)
   // with targets bytes [i + 1, i + T + 1), T = sample_shape[0].
   std::shared_ptr<const std::vector<uint8_t>> text;
+  // Samples someone else holds (an embedding app's data callback), when set:
+  // x and y are empty, size() is source->count, and copy_samples asks
+  // source->fetch for them (it throws when it cannot give them).
+  struct Source {
+    int64_t count = 0;
+    std::function<void(const int64_t* indices, int64_t n, float* x, float* y)> fetch;
+  };
+  std::shared_ptr<const Source> source;
   // Samples one epoch draws (BatchLoader): -1 all of them; else the first
   // epoch_samples of the epoch's order (a text's epoch: distinct random windows).
   int64_t epoch_samples = -1;
@@ -45,11 +54,14 @@ struct Dataset {
   // Copies sample i's features (sample_numel floats) to `x` and its targets
   // (target_numel floats) to `y`. i must be in [0, size()).
   void copy_sample(int64_t i, float* x, float* y) const;
+  // The same for the n samples at `indices`, one after another (one fetch of a source).
+  void copy_samples(const int64_t* indices, int64_t n, float* x, float* y) const;
 };
 
 // Throws std::runtime_error when x / y / sample_shape / target_shape / text /
-// num_classes disagree (x.size() != size * sample_numel, a class label outside
-// [0, num_classes)).
+// source / num_classes disagree (x.size() != size * sample_numel, a class
+// label outside [0, num_classes)). A source's samples are not read: whoever
+// fetches them checks them.
 void check_dataset(const Dataset& data);
 
 // Reads an IDX image file and an IDX label file (gzip or uncompressed, detected

@@ -66,10 +66,7 @@ Batch BatchLoader::get(int64_t index) const {
   b.x_shape.insert(b.x_shape.end(), data_->sample_shape.begin(), data_->sample_shape.end());
   b.x.resize(static_cast<size_t>(b.size) * per);
   b.y.resize(static_cast<size_t>(b.size) * tper);
-  for (int64_t k = 0; k < b.size; ++k) {
-    const auto at = static_cast<size_t>(k);
-    data_->copy_sample(order_[static_cast<size_t>(begin + k)], b.x.data() + at * per, b.y.data() + at * tper);
-  }
+  data_->copy_samples(order_.data() + begin, b.size, b.x.data(), b.y.data());  // one fetch for a source
   return b;
 }
 

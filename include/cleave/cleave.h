@@ -193,11 +193,14 @@ CLEAVE_API cleave_status cleave_options_set_role(cleave_options* options, cleave
 /* The app's data (needed for CLEAVE_ROLE_FED_CLIENT and _SPLIT_CLIENT):
  * num_samples samples, each of shape sample_shape[0 .. sample_dims) (1 to 4
  * positive dimensions; the array is copied), num_classes classes (0:
- * regression targets), read through `fill` in chunks when the client starts
- * (the SDK keeps a copy in host memory while the client lives). `shard` is
- * the "i/N" the app says it holds; it appears in the registration. `user` is
- * handed to `fill` untouched (the app owns it and keeps it alive until the
- * client ends). */
+ * regression targets), read through `fill`: once when the client starts, in
+ * chunks of 256 in index order, to check every sample before the client
+ * dials, and then again batch by batch (the indices in training order) as
+ * jobs train on them. The SDK keeps no copy: the app keeps its data
+ * unchanged and `user` alive until the client ends. A fill that fails during
+ * a job ends the client with CLEAVE_ERR_DATA_CALLBACK. `shard` is the "i/N"
+ * the app says it holds; it appears in the registration. `user` is handed to
+ * `fill` untouched. */
 CLEAVE_API cleave_status cleave_options_set_data(cleave_options* options, int64_t num_samples,
                                                  const int64_t* sample_shape, int sample_dims, int num_classes,
                                                  const char* shard, cleave_fill_fn fill, void* user);
@@ -206,8 +209,9 @@ CLEAVE_API cleave_status cleave_options_set_data(cleave_options* options, int64_
  * them the client reports none). Same sample shape and classes as the data
  * of cleave_options_set_data, which must be called first; read through
  * `fill` (a cleave_fill_fn over indices [0, num_samples)) when the client
- * starts, like the training data. The coordinator's --limit-test keeps the
- * first N of them. `user` as for set_data. */
+ * starts; the SDK keeps a copy of the test samples (they are evaluated in
+ * place). The coordinator's --limit-test keeps the first N of them. `user` as
+ * for set_data. */
 CLEAVE_API cleave_status cleave_options_set_test_data(cleave_options* options, int64_t num_samples,
                                                       cleave_fill_fn fill, void* user);
 /* fn may be null (no progress reports). `user` as for set_data. */

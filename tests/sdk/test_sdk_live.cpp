@@ -382,3 +382,46 @@ TEST_CASE("SDK: a log callback receives the client's log lines with their levels
   CHECK(probe);
   CHECK(gave_up);
 }
+
+namespace {
+
+// Serves the shard for the start-up check, then fails on the 5th batch of training.
+int64_t fill_then_fail(void* user, const int64_t* indices, int64_t count, float* inputs, float* labels) {
+  auto* app = static_cast<App*>(user);
+  const int checks = static_cast<int>((app->shard.size() + 255) / 256);
+  if (app->fills >= checks + 4) return -1;
+  return fill(user, indices, count, inputs, labels);
+}
+
+}  // namespace
+
+TEST_CASE("SDK: a data callback that fails during a federated round ends the client with DATA_CALLBACK",
+          "[sdk][integration][fed]") {
+  CLEAVE_SKIP_UNLESS_FASHION_MNIST();
+  DaemonCluster cluster(2);
+  App app;
+  load_shard(app);
+  FedRun run(cluster, "fail", 5);
+  cluster.start(1, run.endpoint, client_flags(0));
+  cleave_options* o = nullptr;
+  REQUIRE(cleave_options_create(&o) == CLEAVE_OK);
+  REQUIRE(cleave_options_set_coordinator(o, run.endpoint.c_str()) == CLEAVE_OK);
+  REQUIRE(cleave_options_set_key_files(o, (cluster.dir() + "/dev2.key").c_str(),
+                                       (cluster.dir() + "/coordinator.pub").c_str()) == CLEAVE_OK);
+  REQUIRE(cleave_options_set_backend(o, "cpu", 1) == CLEAVE_OK);
+  REQUIRE(cleave_options_set_role(o, CLEAVE_ROLE_FED_CLIENT) == CLEAVE_OK);
+  const int64_t shape[] = {1, 28, 28};
+  REQUIRE(cleave_options_set_data(o, app.shard.size(), shape, 3, 10, "1/2", fill_then_fail, &app) == CLEAVE_OK);
+  cleave_client* c = nullptr;
+  REQUIRE(cleave_client_create(o, &c) == CLEAVE_OK);
+  cleave_options_destroy(o);
+  REQUIRE(cleave_client_start(c) == CLEAVE_OK);
+  const cleave_status s = cleave_client_wait(c, 60000);
+  const std::string why = cleave_last_error();
+  INFO(why << "\n" << read_text(run.log));
+  CHECK(s == CLEAVE_ERR_DATA_CALLBACK);
+  CHECK(why.find("the data callback failed") != std::string::npos);
+  CHECK(why.find("during a job") != std::string::npos);
+  CHECK(app.fills == (app.shard.size() + 255) / 256 + 4);  // the check, then four batches, then the failure
+  CHECK(cleave_client_destroy(c) == CLEAVE_OK);
+}
