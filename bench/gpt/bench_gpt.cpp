@@ -316,6 +316,7 @@ std::vector<int> int_list(const std::string& s) {
 
 int main(int argc, char** argv) {
   cleave::prefer_passive_openmp(argv);
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // the table as it comes, also into a log file
   Options o;
   CLI::App app{"bench_gpt: gpt-tiny training tokens/s and validation loss, cleave next to PyTorch"};
   std::string threads = "1,2", stages = "2,3";
