@@ -1,7 +1,8 @@
 // test_torch_gpt.cpp: a GPT trained by cleave, exported by `cleave export`,
 // loaded strictly by PyTorch (bench/gpt/torch_gpt.py builds the same model)
 // gives cleave's validation loss on the same validation windows to 1e-4
-// relative; with untied and with tied ("tied_to") vocabulary projections.
+// relative; with untied and with tied ("tied_to") vocabulary projections. And,
+// without PyTorch, that a tied model's export holds the shared table once.
 //
 // PyTorch is found through $CLEAVE_TORCH_PYTHON (a python with torch and
 // numpy, e.g. a venv's bin/python), else `python3`; where neither imports
@@ -10,6 +11,7 @@
 #include <cstdlib>
 
 #include "apps/cli_util.h"
+#include "core/io/safetensors.h"
 #include "skip.h"
 #include "text_corpus.h"
 
@@ -45,32 +47,64 @@ std::string write_model(TempDir& dir, bool tied) {
   return path;
 }
 
-// cleave's val_loss after training `model` for 40 steps, and PyTorch's on the exported weights.
-std::pair<double, double> both_losses(TempDir& dir, const std::string& model, const std::string& python) {
-  const std::string text = dir.file("corpus.txt");
-  test::write_generated_text(text, 24000);
+// Trains `model` for 2 epochs of `steps_per_epoch` steps with --save and exports
+// it to gpt.safetensors in `dir`; returns the training JSON.
+nlohmann::json train_and_export(TempDir& dir, const std::string& model, const std::string& text,
+                                int steps_per_epoch) {
   const std::string ck = dir.file("gpt.ckpt"), st = dir.file("gpt.safetensors"), js = dir.file("train.json");
   const RunResult train = run_cleave("train --local --model '" + model + "' --text '" + text +
-                                     "' --epochs 2 --batch 16 --limit-train 320 --limit-test 100 --optimizer adamw"
-                                     " --lr 3e-3 --threads 1 --seed 3 --no-progress --save '" + ck + "' --json '" +
-                                     js + "'");
+                                     "' --epochs 2 --batch 16 --limit-train " + std::to_string(16 * steps_per_epoch) +
+                                     " --limit-test 100 --optimizer adamw --lr 3e-3 --threads 1 --seed 3 --no-progress"
+                                     " --save '" + ck + "' --json '" + js + "'");
   INFO(train.output);
   REQUIRE(train.code == 0);
   const RunResult exp = run_cleave("export --checkpoint '" + ck + "' --out '" + st + "'");
   INFO(exp.output);
   REQUIRE(exp.code == 0);
+  return read_json(js);
+}
+
+// cleave's val_loss after training `model` for 40 steps, and PyTorch's on the exported weights.
+std::pair<double, double> both_losses(TempDir& dir, const std::string& model, const std::string& python) {
+  const std::string text = dir.file("corpus.txt");
+  test::write_generated_text(text, 24000);
+  const nlohmann::json c = train_and_export(dir, model, text, 20);
+  const std::string st = dir.file("gpt.safetensors");
   const RunResult torch = run_shell("'" + python + "' '" + kScript + "' eval --model '" + model + "' --weights '" +
                                     st + "' --text '" + text + "' --limit-test 100 --threads 1");
   INFO(torch.output);
   REQUIRE(torch.code == 0);
-  const nlohmann::json t = nlohmann::json::parse(torch.output.substr(torch.output.rfind("{\"")));
-  const nlohmann::json c = read_json(js);
+  const nlohmann::json t = nlohmann::json::parse(torch.output.substr(torch.output.rfind("\n{") + 1));
   CHECK(t.at("windows") == 100);
   CHECK(c.at("val_losses").size() == 2);
   return {c.at("val_loss").get<double>(), t.at("val_loss").get<double>()};
 }
 
 }  // namespace
+
+TEST_CASE("cleave export writes a tied GPT's shared table once", "[cli][gpt][tying]") {
+  TempDir dir;
+  const std::string text = dir.file("corpus.txt");
+  test::write_generated_text(text, 12000);
+  const nlohmann::json untied = train_and_export(dir, write_model(dir, false), text, 2);
+  const size_t untied_tensors = read_safetensors(dir.file("gpt.safetensors")).size();
+  const nlohmann::json tied = train_and_export(dir, write_model(dir, true), text, 2);
+  const std::vector<NamedTensor> tensors = read_safetensors(dir.file("gpt.safetensors"));
+  int64_t values = 0;
+  bool table = false, bias = false, weight = false;
+  for (const auto& t : tensors) {
+    values += numel(t.shape);
+    table = table || (t.name == "0.weight" && t.shape == Shape{256, 32});
+    bias = bias || t.name == "5.bias";
+    weight = weight || t.name == "5.weight";
+  }
+  CHECK(table);
+  CHECK(bias);
+  CHECK_FALSE(weight);
+  CHECK(tensors.size() + 1 == untied_tensors);
+  CHECK(values == tied.at("parameters").get<int64_t>());
+  CHECK(untied.at("parameters").get<int64_t>() - values == 256 * 32);
+}
 
 TEST_CASE("PyTorch reproduces cleave's validation loss from its export", "[cli][gpt][torch]") {
   const std::string python = torch_python();
