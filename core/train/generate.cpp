@@ -40,6 +40,9 @@ int sample_token(std::span<const float> logits, const SamplingOptions& options, 
   if (!(options.temperature >= 0) || !std::isfinite(options.temperature))
     throw std::invalid_argument("temperature must be a finite number >= 0, got " + std::to_string(options.temperature));
   if (options.top_k < 0) throw std::invalid_argument("top-k must be >= 0, got " + std::to_string(options.top_k));
+  for (float l : logits)
+    if (!std::isfinite(l))
+      throw std::runtime_error("the model's logits are not finite (a diverged checkpoint?): cannot sample");
   const auto best = std::max_element(logits.begin(), logits.end());
   if (options.temperature == 0 || options.top_k == 1) return static_cast<int>(best - logits.begin());
   // The k-th largest logit is the threshold: every logit at least as large stays.

@@ -35,7 +35,8 @@ void check_byte_language_model(const ModelSpec& spec, const std::string& source)
 // temperature is 0 or top_k is 1 (the lowest index among equal maxima, no
 // random number drawn), otherwise from softmax(logits / temperature) restricted
 // to the logits >= the top_k-th largest, with one rng.uniform() draw. Throws
-// std::invalid_argument for a negative temperature or top_k, or no logits.
+// std::invalid_argument for a negative temperature or top_k, or no logits, and
+// std::runtime_error for a logit that is not finite.
 int sample_token(std::span<const float> logits, const SamplingOptions& options, Rng& rng);
 
 // Generates bytes with the whole model in one partition (parameters loaded).

@@ -81,7 +81,7 @@ TEST_CASE("sample_token: top-k keeps the k most likely and top-k 1 is greedy", "
   for (int i = 0; i < 100; ++i) CHECK(sample_token(logits, {}, a) == sample_token(logits, {}, b));
 }
 
-TEST_CASE("sample_token refuses a negative temperature or top-k", "[train][generate]") {
+TEST_CASE("sample_token refuses a negative temperature or top-k and logits that are not finite", "[train][generate]") {
   Rng rng(1);
   const std::vector<float> logits = {1.f, 2.f};
   SamplingOptions o;
@@ -91,6 +91,8 @@ TEST_CASE("sample_token refuses a negative temperature or top-k", "[train][gener
   o.top_k = -1;
   CHECK_THROWS_WITH(sample_token(logits, o, rng), Contains("top-k"));
   CHECK_THROWS(sample_token({}, {}, rng));
+  const std::vector<float> diverged = {1.f, std::nanf("")};
+  CHECK_THROWS_WITH(sample_token(diverged, {}, rng), Contains("not finite"));
 }
 
 TEST_CASE("check_byte_language_model says why a model is not one", "[train][generate]") {
