@@ -39,5 +39,6 @@ void add_profile_command(CLI::App& root);
 void add_demo_command(CLI::App& root);
 void add_fed_command(CLI::App& root);
 void add_split_command(CLI::App& root);
+void add_generate_command(CLI::App& root);
 
 }  // namespace cleave

@@ -46,6 +46,28 @@ LossKind parse_loss(const json& v, const std::string& source) {
   throw spec_error(source, "field 'loss': unknown loss " + json_excerpt(v) + " (known: cross_entropy, mse)");
 }
 
+// A layer tied to layer `t` (Layer::tie) must come after it, and `t` must have
+// the named parameter with the same shape.
+void check_tie(const ModelSpec& spec, int index, const Layer& layer) {
+  const Layer::Tie tie = layer.tie();
+  if (tie.layer < 0) return;
+  if (tie.layer >= index)
+    throw std::invalid_argument("field 'tied_to': " + std::to_string(tie.layer) +
+                                " is not an earlier layer (a layer can share the weight of a layer before it)");
+  const auto t = static_cast<size_t>(tie.layer);
+  const auto target = make_layer(spec.layers[t], spec.shapes[t]);
+  for (const auto& p : target->param_info()) {
+    if (p.name != tie.param) continue;
+    if (p.shape != tie.shape)
+      throw std::invalid_argument("field 'tied_to': layer " + std::to_string(tie.layer) + " (" + target->type() +
+                                  ")'s " + p.name + " is " + shape_str(p.shape) + ", this layer needs " +
+                                  shape_str(tie.shape));
+    return;
+  }
+  throw std::invalid_argument("field 'tied_to': layer " + std::to_string(tie.layer) + " (" + target->type() +
+                              ") has no parameter '" + tie.param + "' to share (tie to an embedding)");
+}
+
 }  // namespace
 
 const char* loss_name(LossKind k) {
@@ -91,6 +113,7 @@ ModelSpec ModelSpec::parse(const json& doc, const std::string& source) {
         lj.is_object() && lj.contains("type") && lj["type"].is_string() ? lj["type"].get<std::string>() : "?";
     try {
       std::unique_ptr<Layer> layer = make_layer(lj, spec.shapes.back());
+      check_tie(spec, static_cast<int>(i), *layer);
       spec.shapes.push_back(layer->output_shape(spec.shapes.back()));
       spec.layers.push_back(layer->to_json());
     } catch (const std::invalid_argument& e) {

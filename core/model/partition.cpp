@@ -52,6 +52,32 @@ Partition::Partition(Device& device, const ModelSpec& spec, int begin, int end)
       layers_[l]->bind(Tensor::view(params_, offsets_[l], {n}), Tensor::view(grads_, offsets_[l], {n}));
     }
   }
+  bind_ties();
+}
+
+// A tied layer (Layer::tie) reads the owning layer's parameter, which must be in
+// this partition: its gradient then collects both layers' contributions in one
+// slice. A pipeline cut between the two would need the gradient exchanged
+// between stages, which is not implemented: refuse the cut.
+void Partition::bind_ties() {
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    const Layer::Tie tie = layers_[l]->tie();
+    if (tie.layer < 0) continue;
+    const int global = begin_ + static_cast<int>(l);
+    if (tie.layer < begin_)
+      throw std::invalid_argument(
+          "layer " + std::to_string(global) + " (" + layers_[l]->type() + ") shares layer " +
+          std::to_string(tie.layer) + "'s " + tie.param + " (\"tied_to\": " + std::to_string(tie.layer) +
+          "), which is not in the stage of layers " + range_str(begin_, end_) +
+          ": a model with tied weights cannot be cut between the two layers yet; train it on one device "
+          "(--local, or --devices 1) or untie it (remove \"tied_to\" from the model file)");
+    const Layer& owner = *layers_[static_cast<size_t>(tie.layer - begin_)];
+    for (const auto& p : owner.param_info()) {
+      if (p.name != tie.param) continue;
+      const int64_t at = offsets_[static_cast<size_t>(tie.layer - begin_)] + p.offset;
+      layers_[l]->bind_tied(Tensor::view(params_, at, p.shape), Tensor::view(grads_, at, p.shape));
+    }
+  }
 }
 
 void Partition::init(uint64_t seed) {
@@ -117,7 +143,7 @@ Tensor Partition::backward(const Tensor& dy, int microbatch, bool need_dx) {
   // Without need_dx, layers before the first one with parameters need no backward at all.
   size_t stop = 0;
   if (!need_dx)
-    while (stop < layers_.size() && layers_[stop]->param_count() == 0) ++stop;
+    while (stop < layers_.size() && layers_[stop]->param_count() == 0 && layers_[stop]->tie().layer < 0) ++stop;
   for (size_t l = layers_.size(); l-- > stop;) {
     const bool want_dx = l > stop || need_dx;
     Tensor dx;

@@ -56,6 +56,7 @@ class Partition {
   size_t stash_bytes() const;
 
  private:
+  void bind_ties();
   struct Stash {
     std::vector<Tensor> acts;            // acts[i] = input of local layer i; back() = output
     std::vector<LayerContext> contexts;  // one per local layer

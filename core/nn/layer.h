@@ -56,6 +56,21 @@ class Layer {
   virtual std::vector<ParamInfo> param_info() const { return {}; }
   // Binds views into the partition's parameter and gradient blocks (param_count() floats each).
   virtual void bind(const Tensor& params, const Tensor& grads) {}
+
+  // Weight tying: a layer that uses an earlier layer's parameter instead of its
+  // own (a GPT's vocabulary projection reading the token embedding's table)
+  // names it here: the global index of that layer and the name and shape of
+  // the parameter (one of its param_info()). The tied tensor is not in this
+  // layer's param_count(); the partition binds it with bind_tied(), and both
+  // layers add their gradients into the one gradient slice.
+  struct Tie {
+    int layer = -1;  // -1: not tied
+    std::string param;
+    Shape shape;
+  };
+  virtual Tie tie() const { return {}; }
+  // Views of the tied parameter and its gradient, in the owning layer's slices.
+  virtual void bind_tied(const Tensor& param, const Tensor& grad) {}
   // Writes PyTorch's default initialisation into `out` (param_count() floats, host).
   virtual void init(Rng& rng, std::span<float> out) const {}
 

@@ -4,6 +4,11 @@
 // layer applied at every position (a GPT's vocabulary projection), which is the
 // rank-1 case on batch * positions rows. W (out, in), b (out), both views into
 // the partition's parameter block. Nothing is saved for backward beyond x.
+//
+// With "tied_to": k the weight is layer k's `weight` (a GPT's vocabulary
+// projection sharing the token embedding's (vocab, width) table, nanoGPT's
+// `lm_head.weight = wte.weight`): the layer owns only its bias, and the
+// partition binds the shared weight and its gradient with bind_tied().
 #include <cmath>
 #include <stdexcept>
 
@@ -16,14 +21,17 @@ namespace {
 
 class Linear final : public Layer {
  public:
-  Linear(const Shape& in, int64_t out_features, bool bias)
+  Linear(const Shape& in, int64_t out_features, bool bias, int tied_to)
       : in_(in), positions_(in.size() == 2 ? in[0] : 1), in_features_(in.back()), out_features_(out_features),
-        bias_(bias) {}
+        bias_(bias), tied_to_(tied_to) {}
 
   static void check_rank(const Shape& in);
   std::string type() const override { return "linear"; }
   nlohmann::json to_json() const override {
-    return {{"type", "linear"}, {"in_features", in_features_}, {"out_features", out_features_}, {"bias", bias_}};
+    nlohmann::json j = {
+        {"type", "linear"}, {"in_features", in_features_}, {"out_features", out_features_}, {"bias", bias_}};
+    if (tied()) j["tied_to"] = tied_to_;
+    return j;
   }
   Shape output_shape(const Shape& in) const override {
     check_rank(in);
@@ -33,22 +41,34 @@ class Linear final : public Layer {
     if (in.size() == 2) return {in[0], out_features_};
     return {out_features_};
   }
-  int64_t param_count() const override { return out_features_ * in_features_ + (bias_ ? out_features_ : 0); }
+  int64_t param_count() const override { return own_weight_count() + (bias_ ? out_features_ : 0); }
   std::vector<ParamInfo> param_info() const override {
-    std::vector<ParamInfo> p{{"weight", {out_features_, in_features_}, 0}};
-    if (bias_) p.push_back({"bias", {out_features_}, out_features_ * in_features_});
+    std::vector<ParamInfo> p;
+    if (!tied()) p.push_back({"weight", {out_features_, in_features_}, 0});
+    if (bias_) p.push_back({"bias", {out_features_}, own_weight_count()});
     return p;
   }
   void bind(const Tensor& params, const Tensor& grads) override {
-    const int64_t nw = out_features_ * in_features_;
-    w_ = Tensor::view(params, 0, {out_features_, in_features_});
-    dw_ = Tensor::view(grads, 0, {out_features_, in_features_});
+    const int64_t nw = own_weight_count();
+    if (!tied()) {
+      w_ = Tensor::view(params, 0, {out_features_, in_features_});
+      dw_ = Tensor::view(grads, 0, {out_features_, in_features_});
+    }
     if (bias_) {
       b_ = Tensor::view(params, nw, {out_features_});
       db_ = Tensor::view(grads, nw, {out_features_});
     }
   }
+  Tie tie() const override {
+    if (!tied()) return {};
+    return {tied_to_, "weight", {out_features_, in_features_}};
+  }
+  void bind_tied(const Tensor& param, const Tensor& grad) override {
+    w_ = Tensor::view(param, 0, {out_features_, in_features_});
+    dw_ = Tensor::view(grad, 0, {out_features_, in_features_});
+  }
   // U(-1/sqrt(in), 1/sqrt(in)) for weight and bias (PyTorch's kaiming_uniform_(a=sqrt(5))).
+  // A tied weight is initialised by the layer that owns it.
   void init(Rng& rng, std::span<float> out) const override {
     const float bound = 1.0f / std::sqrt(static_cast<float>(in_features_));
     for (float& v : out) v = rng.uniform(-bound, bound);
@@ -64,6 +84,7 @@ class Linear final : public Layer {
   }
 
   void forward(const Tensor& x, const Tensor& y, LayerContext&, bool) override {
+    check_bound();
     check_batch_shape("linear input", x, in_);
     const int64_t n = x.dim(0) * positions_;
     check_batch_shape("linear output", y, output_shape(in_));
@@ -76,6 +97,7 @@ class Linear final : public Layer {
   }
 
   void backward(const Tensor& x, const Tensor&, const Tensor& dy, const Tensor* dx, LayerContext&) override {
+    check_bound();
     check_batch_shape("linear input", x, in_);
     const int64_t n = x.dim(0) * positions_;
     check_batch_shape("linear output gradient", dy, output_shape(in_));
@@ -93,9 +115,19 @@ class Linear final : public Layer {
   }
 
  private:
+  bool tied() const { return tied_to_ >= 0; }
+  int64_t own_weight_count() const { return tied() ? 0 : out_features_ * in_features_; }
+  void check_bound() const {
+    if (!w_.defined())
+      throw std::logic_error("linear: weight tied to layer " + std::to_string(tied_to_) +
+                             " but never bound (build it in a Partition that holds layer " +
+                             std::to_string(tied_to_) + ")");
+  }
+
   Shape in_;
   int64_t positions_, in_features_, out_features_;
   bool bias_;
+  int tied_to_;  // -1: own weight
   Tensor w_, b_, dw_, db_;  // w (out, in), b (out)
 };
 
@@ -112,6 +144,7 @@ std::unique_ptr<Layer> make_linear(const nlohmann::json& spec, const Shape& in) 
   const int64_t out_features = f.integer("out_features", 1);
   const bool bias = f.boolean("bias", true);
   const int64_t in_features = f.integer("in_features", 1, -1);
+  const int64_t tied_to = f.integer("tied_to", 0, -1);
   f.reject_unknown();
   Linear::check_rank(in);
   if (in_features != -1 && in_features != in.back())
@@ -119,7 +152,7 @@ std::unique_ptr<Layer> make_linear(const nlohmann::json& spec, const Shape& in) 
                                 std::to_string(in.back()) + " features");
   check_elements("linear weight (" + std::to_string(out_features) + ", " + std::to_string(in.back()) + ")",
                  {out_features, in.back()});
-  return std::make_unique<Linear>(in, out_features, bias);
+  return std::make_unique<Linear>(in, out_features, bias, static_cast<int>(tied_to));
 }
 
 }  // namespace cleave::nn_detail
