@@ -18,6 +18,8 @@
 #include "core/data/dataset.h"
 #include "integration/daemon_cluster.h"
 
+#include <catch2/catch.hpp>
+
 namespace cleave::testing::sdk {
 
 using namespace std::chrono_literals;
@@ -104,6 +106,27 @@ inline void on_progress(void* user, const cleave_progress* p) {
   std::lock_guard<std::mutex> lock(app->mutex);
   app->rounds.push_back(p->step);
   app->losses.push_back(p->loss);
+}
+
+// An SDK federated client of `endpoint` as dev2 of `cluster`, serving `app`'s shard.
+// `progress` may be null; `data` is the data callback (default: serve the shard).
+inline cleave_client* make_fed_client(const DaemonCluster& cluster, const std::string& endpoint, App& app,
+                                      cleave_progress_fn progress, cleave_fill_fn data = fill) {
+  cleave_options* o = nullptr;
+  REQUIRE(cleave_options_create(&o) == CLEAVE_OK);
+  REQUIRE(cleave_options_set_coordinator(o, endpoint.c_str()) == CLEAVE_OK);
+  REQUIRE(cleave_options_set_key_files(o, (cluster.dir() + "/dev2.key").c_str(),
+                                       (cluster.dir() + "/coordinator.pub").c_str()) == CLEAVE_OK);
+  REQUIRE(cleave_options_set_backend(o, "cpu", 1) == CLEAVE_OK);
+  REQUIRE(cleave_options_set_role(o, CLEAVE_ROLE_FED_CLIENT) == CLEAVE_OK);
+  REQUIRE(cleave_options_set_connect_timeout(o, 30000) == CLEAVE_OK);
+  const int64_t shape[] = {1, 28, 28};
+  REQUIRE(cleave_options_set_data(o, app.shard.size(), shape, 3, 10, "1/2", data, &app) == CLEAVE_OK);
+  REQUIRE(cleave_options_set_progress_callback(o, progress, &app) == CLEAVE_OK);
+  cleave_client* c = nullptr;
+  REQUIRE(cleave_client_create(o, &c) == CLEAVE_OK);
+  cleave_options_destroy(o);
+  return c;
 }
 
 }  // namespace cleave::testing::sdk

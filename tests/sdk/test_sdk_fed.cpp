@@ -47,20 +47,7 @@ TEST_CASE("SDK: an app serving its shard from callbacks joins a cleave fed run a
   app.shard = cleave::subset(all, cleave::shard_indices(all, 1, 2, "iid", 11));
   FedRun run(cluster, "sdk");
   cluster.start(1, run.endpoint, client_flags(0));
-  cleave_options* o = nullptr;
-  REQUIRE(cleave_options_create(&o) == CLEAVE_OK);
-  REQUIRE(cleave_options_set_coordinator(o, run.endpoint.c_str()) == CLEAVE_OK);
-  REQUIRE(cleave_options_set_key_files(o, (cluster.dir() + "/dev2.key").c_str(),
-                                       (cluster.dir() + "/coordinator.pub").c_str()) == CLEAVE_OK);
-  REQUIRE(cleave_options_set_backend(o, "cpu", 1) == CLEAVE_OK);
-  REQUIRE(cleave_options_set_role(o, CLEAVE_ROLE_FED_CLIENT) == CLEAVE_OK);
-  REQUIRE(cleave_options_set_connect_timeout(o, 30000) == CLEAVE_OK);
-  const int64_t shape[] = {1, 28, 28};
-  REQUIRE(cleave_options_set_data(o, app.shard.size(), shape, 3, 10, "1/2", fill, &app) == CLEAVE_OK);
-  REQUIRE(cleave_options_set_progress_callback(o, on_progress, &app) == CLEAVE_OK);
-  cleave_client* c = nullptr;
-  REQUIRE(cleave_client_create(o, &c) == CLEAVE_OK);
-  cleave_options_destroy(o);
+  cleave_client* c = make_fed_client(cluster, run.endpoint, app, on_progress);
   REQUIRE(cleave_client_start(c) == CLEAVE_OK);
   const cleave_status s = cleave_client_wait(c, 120000);
   INFO("SDK client: " << cleave_last_error());

@@ -34,26 +34,6 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-// An SDK federated client of `endpoint` as dev2 of `cluster`, serving `app`'s shard.
-cleave_client* make_fed_client(const DaemonCluster& cluster, const std::string& endpoint, App& app,
-                               cleave_progress_fn progress) {
-  cleave_options* o = nullptr;
-  REQUIRE(cleave_options_create(&o) == CLEAVE_OK);
-  REQUIRE(cleave_options_set_coordinator(o, endpoint.c_str()) == CLEAVE_OK);
-  REQUIRE(cleave_options_set_key_files(o, (cluster.dir() + "/dev2.key").c_str(),
-                                       (cluster.dir() + "/coordinator.pub").c_str()) == CLEAVE_OK);
-  REQUIRE(cleave_options_set_backend(o, "cpu", 1) == CLEAVE_OK);
-  REQUIRE(cleave_options_set_role(o, CLEAVE_ROLE_FED_CLIENT) == CLEAVE_OK);
-  REQUIRE(cleave_options_set_connect_timeout(o, 30000) == CLEAVE_OK);
-  const int64_t shape[] = {1, 28, 28};
-  REQUIRE(cleave_options_set_data(o, app.shard.size(), shape, 3, 10, "1/2", fill, &app) == CLEAVE_OK);
-  REQUIRE(cleave_options_set_progress_callback(o, progress, &app) == CLEAVE_OK);
-  cleave_client* c = nullptr;
-  REQUIRE(cleave_client_create(o, &c) == CLEAVE_OK);
-  cleave_options_destroy(o);
-  return c;
-}
-
 void load_shard(App& app) {
   const cleave::Dataset all = cleave::load_fashion_mnist("", /*train=*/true, kLimit);
   app.shard = cleave::subset(all, cleave::shard_indices(all, 1, 2, "iid", 11));
@@ -403,18 +383,7 @@ TEST_CASE("SDK: a data callback that fails during a federated round ends the cli
   load_shard(app);
   FedRun run(cluster, "fail", 5);
   cluster.start(1, run.endpoint, client_flags(0));
-  cleave_options* o = nullptr;
-  REQUIRE(cleave_options_create(&o) == CLEAVE_OK);
-  REQUIRE(cleave_options_set_coordinator(o, run.endpoint.c_str()) == CLEAVE_OK);
-  REQUIRE(cleave_options_set_key_files(o, (cluster.dir() + "/dev2.key").c_str(),
-                                       (cluster.dir() + "/coordinator.pub").c_str()) == CLEAVE_OK);
-  REQUIRE(cleave_options_set_backend(o, "cpu", 1) == CLEAVE_OK);
-  REQUIRE(cleave_options_set_role(o, CLEAVE_ROLE_FED_CLIENT) == CLEAVE_OK);
-  const int64_t shape[] = {1, 28, 28};
-  REQUIRE(cleave_options_set_data(o, app.shard.size(), shape, 3, 10, "1/2", fill_then_fail, &app) == CLEAVE_OK);
-  cleave_client* c = nullptr;
-  REQUIRE(cleave_client_create(o, &c) == CLEAVE_OK);
-  cleave_options_destroy(o);
+  cleave_client* c = make_fed_client(cluster, run.endpoint, app, nullptr, fill_then_fail);
   REQUIRE(cleave_client_start(c) == CLEAVE_OK);
   const cleave_status s = cleave_client_wait(c, 60000);
   const std::string why = cleave_last_error();
