@@ -81,6 +81,27 @@ for n in coordinator dev1 dev2 dev3; do "$P/bin/cleave" keygen --out "$K" --name
 mkdir -p "$K/allow"
 cp "$K/dev1.pub" "$K/dev2.pub" "$K/dev3.pub" "$K/allow/"
 
+# --- The installed GPU backend modules are found beside the installed libcleave.so, wherever
+# the app lives (ex-cmake/ is outside the prefix): the example opens an OpenCL device (PoCL
+# here) and measures it, dialling a port where nobody listens.
+if [ -f "$LIBDIR/cleave/libcleave-backend-opencl.so" ] && [ -z "${CLEAVE_BACKEND_DIR:-}" ]; then
+  "$SCRATCH/ex-cmake/fed_client" --coordinator tcp://127.0.0.1:9 --key "$K/dev1.key" \
+    --coordinator-key "$K/coordinator.pub" --shard 0/2 --limit 100 --data "$DATA" --backend opencl \
+    >"$SCRATCH/opencl.log" 2>&1 &
+  probe=$!
+  for _ in $(seq 600); do
+    grep -q "GFLOP/s measured" "$SCRATCH/opencl.log" && break
+    kill -0 $probe 2>/dev/null || break
+    sleep 0.1
+  done
+  mapped=$(grep -c "$(readlink -f "$LIBDIR")/cleave/libcleave-backend-opencl.so" "/proc/$probe/maps" 2>/dev/null || true)
+  kill $probe 2>/dev/null || true
+  wait $probe 2>/dev/null || true
+  grep -q "GFLOP/s measured" "$SCRATCH/opencl.log" && [ "${mapped:-0}" -gt 0 ] ||
+    { cat "$SCRATCH/opencl.log"; fail "the installed OpenCL module was not loaded from beside the installed libcleave.so"; }
+  echo "backend modules: the OpenCL module was loaded from beside the installed libcleave.so"
+fi
+
 PIDS=
 cleanup() { for p in $PIDS; do kill "$p" 2>/dev/null || true; done; }
 trap cleanup EXIT
