@@ -11,6 +11,8 @@
 #   lib/pkgconfig/cleave.pc   pkg-config --cflags --libs cleave
 #   share/cleave/examples/    the examples' sources and a standalone CMakeLists.txt
 #   share/cleave/models/      the model files (models/*.json)
+#   lib/systemd/system/       cleaved.service (ExecStart: the installed cleaved)
+#   share/cleave/cleaved.conf.example  an example of /etc/cleave/cleaved.conf
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
@@ -51,3 +53,14 @@ install(FILES apps/examples/fed_client.c apps/examples/split_client.cpp DESTINAT
 install(FILES apps/examples/CMakeLists.standalone.txt DESTINATION ${CMAKE_INSTALL_DATADIR}/cleave/examples
         RENAME CMakeLists.txt)
 install(DIRECTORY models/ DESTINATION ${CMAKE_INSTALL_DATADIR}/cleave/models FILES_MATCHING PATTERN "*.json")
+
+# cleaved as a systemd service: the unit, its ExecStart the installed cleaved
+# (worked out at install time, so `--prefix` is honoured), and an example of
+# /etc/cleave/cleaved.conf.
+install(FILES apps/cleaved/cleaved.conf.example DESTINATION ${CMAKE_INSTALL_DATADIR}/cleave)
+install(CODE "
+  set(CLEAVED \"\${CMAKE_INSTALL_PREFIX}/${CMAKE_INSTALL_BINDIR}/cleaved\")
+  configure_file(\"${PROJECT_SOURCE_DIR}/apps/cleaved/cleaved.service.in\"
+                 \"\$ENV{DESTDIR}\${CMAKE_INSTALL_PREFIX}/lib/systemd/system/cleaved.service\" @ONLY)
+  message(STATUS \"Installing: \$ENV{DESTDIR}\${CMAKE_INSTALL_PREFIX}/lib/systemd/system/cleaved.service\")
+")

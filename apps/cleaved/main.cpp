@@ -4,12 +4,14 @@
 // app linking libcleave can do.
 #include <csignal>
 #include <cstdio>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include <CLI/CLI.hpp>
 
+#include "apps/cleaved/config_file.h"
 #include "apps/flag_checks.h"
 #include "cleave/cleave.hpp"
 #include "device/cpu/openmp_policy.h"
@@ -21,25 +23,53 @@ constexpr int kExitUsage = 2;  // also: no authenticated connection within --con
 volatile std::sig_atomic_t g_stop = 0;
 void on_signal(int) { g_stop = 1; }
 
-// The flags, as text: each given one goes to the SDK under its own name.
+// One option as given: by a flag or by a line of the configuration file.
+struct Setting {
+  std::string name, value;
+  std::string origin;  // "--name" or "FILE:LINE"
+};
+
+// The options, as text: each one given goes to the SDK under its own name.
 struct Flags {
-  std::vector<std::pair<std::string, std::string>> given;  // (name without "--", value)
-  bool verbose = false;
-  bool insecure = false;
-  std::string key, coordinator_key, dataset, data, shard, poison;
+  std::vector<Setting> given;  // in order: the file's first, then the flags (which override it)
+  std::set<std::string> known;  // every option's name (the file's keys)
+  std::string config;
+  bool check_config = false;
 
   CLI::Option* add(CLI::App& app, const std::string& name, const std::string& help) {
+    known.insert(name);
     return app.add_option_function<std::string>(
-        "--" + name, [this, name](const std::string& v) { given.emplace_back(name, v); }, help);
+        "--" + name, [this, name](const std::string& v) { given.push_back({name, v, "--" + name}); }, help);
+  }
+  CLI::Option* add_switch(CLI::App& app, const std::string& names, const std::string& name, const std::string& help) {
+    known.insert(name);
+    return app.add_flag_function(
+        names, [this, name](int64_t) { given.push_back({name, "true", "--" + name}); }, help);
+  }
+  // The last setting of `name` ("" when none).
+  std::string value(const std::string& name) const {
+    for (auto it = given.rbegin(); it != given.rend(); ++it)
+      if (it->name == name) return it->value;
+    return "";
+  }
+  bool has(const std::string& name) const { return !value(name).empty(); }
+  bool on(const std::string& name) const { return value(name) == "true" || value(name) == "1" || value(name) == "yes"; }
+  // The file's entries that no flag overrides go first.
+  void merge(const std::vector<cleave::daemon_config::Entry>& file) {
+    std::vector<Setting> merged;
+    for (const auto& e : file)
+      if (!has(e.key)) merged.push_back({e.key, e.value, e.origin + ": " + e.key});
+    merged.insert(merged.end(), given.begin(), given.end());
+    given = std::move(merged);
   }
 };
 
 void add_flags(CLI::App& app, Flags& f) {
   using cleave::flag_checks::non_negative;
   using cleave::flag_checks::positive;
-  f.add(app, "coordinator", "Coordinator to dial, tcp://HOST:PORT")->required();
-  app.add_option("--key", f.key, "This device's secret key (from `cleave keygen`)");
-  app.add_option("--coordinator-key", f.coordinator_key, "The coordinator's public key (.pub)");
+  f.add(app, "coordinator", "Coordinator to dial, tcp://HOST:PORT (required, here or in the --config file)");
+  f.add(app, "key", "This device's secret key (from `cleave keygen`)");
+  f.add(app, "coordinator-key", "The coordinator's public key (.pub)");
   f.add(app, "name", "Device name (default: the key file's stem)");
   f.add(app, "backend", "auto | cpu | opencl | cuda (default: auto)")->check(CLI::IsMember({"auto", "cpu", "opencl", "cuda"}));
   f.add(app, "memory-limit", "Cap on what this daemon allocates, e.g. 512M, 4G");
@@ -51,60 +81,76 @@ void add_flags(CLI::App& app, Flags& f) {
       ->check(positive());
   f.add(app, "connect-timeout", "Exit with status 2 when no authenticated connection to the coordinator is made within "
         "SECONDS (default: keep trying, backing off after refused handshakes)")->check(CLI::PositiveNumber);
-  app.add_flag("--insecure", f.insecure, "Plain TCP without CURVE (logs a warning; for debugging only)");
-  app.add_flag("-v,--verbose", f.verbose, "Log more");
+  f.add_switch(app, "--insecure", "insecure", "Plain TCP without CURVE (logs a warning; for debugging only)");
+  f.add_switch(app, "-v,--verbose", "verbose", "Log more");
   // Client data (cleave fed, cleave split): the daemon trains on its own shard and never sends a sample.
-  app.add_option("--dataset", f.dataset, "Data client (fed/split): fashion-mnist, a CSV file or an IDX directory");
-  app.add_option("--data", f.data, "Data client (fed/split): any IDX directory or CSV file (same as --dataset PATH)");
+  f.add(app, "dataset", "Data client (fed/split): fashion-mnist, a CSV file or an IDX directory");
+  f.add(app, "data", "Data client (fed/split): any IDX directory or CSV file (same as --dataset PATH)");
   f.add(app, "dataset-dir", "Data client (fed/split): where Fashion-MNIST lives");
-  app.add_option("--shard", f.shard, "Data client (fed/split): this client's shard i/N (i from 0), e.g. 0/4");
+  f.add(app, "shard", "Data client (fed/split): this client's shard i/N (i from 0), e.g. 0/4");
   f.add(app, "partition", "Data client (fed/split): iid | dirichlet:ALPHA (default: iid)");
   f.add(app, "seed", "Data client (fed/split): partition seed, the same on every client (default: 1)");
   f.add(app, "limit-train", "Data client (fed/split): shard only the first N training samples")->check(positive());
   // Test hook, hidden from --help: corrupt every update this client sends (the SDK checks the mode).
-  app.add_option("--poison", f.poison)->group("");
+  f.add(app, "poison", "")->group("");
+  app.add_option("--config", f.config,
+                 "Read options from FILE first: KEY = VALUE lines, KEY a flag's name without the dashes, # comments; "
+                 "flags override it (e.g. /etc/cleave/cleaved.conf)");
+  app.add_flag("--check-config", f.check_config,
+               "Check the options (flags, --config file, key files) and print them with where each came from; "
+               "start nothing");
+  app.set_version_flag("--version", std::string("cleaved ") + cleave_version());
 }
 
-// The flags that only make sense together; "" when they do.
+// The options that only make sense together; "" when they do.
 std::string flag_conflict(const Flags& f) {
-  if (!f.insecure && (f.key.empty() || f.coordinator_key.empty()))
+  if (!f.has("coordinator")) return "--coordinator is required (or `coordinator = ...` in the --config file)";
+  if (!f.on("insecure") && (!f.has("key") || !f.has("coordinator-key")))
     return "--key and --coordinator-key are required (or --insecure)";
-  if (!f.data.empty() && !f.dataset.empty()) return "give either --dataset or --data, not both";
-  const bool data = !f.dataset.empty() || !f.data.empty();
-  if (!f.shard.empty() && !data) return "--shard needs --dataset or --data";
-  if (!f.poison.empty() && !data) return "--poison needs --dataset or --data";
+  if (f.has("data") && f.has("dataset")) return "give either --dataset or --data, not both";
+  const bool data = f.has("dataset") || f.has("data");
+  if (f.has("shard") && !data) return "--shard needs --dataset or --data";
+  if (f.has("poison") && !data) return "--poison needs --dataset or --data";
   return "";
 }
 
-// Sets one option of `o` by its flag's name; throws cleave::Error naming the flag.
-void set_flag(cleave::Options& o, const std::string& name, const std::string& value) {
+// Sets one option of `o`; throws cleave::Error naming where it was given.
+void set_option(cleave::Options& o, const Setting& s, const std::string& name, const std::string& value) {
   try {
     o.set(name, value);
   } catch (const cleave::Error& e) {
     const std::string m = e.what();
     const std::string prefix = "cleave_options_set: " + name + ": ";
-    throw cleave::Error(e.status(), "--" + name + ": " + (m.rfind(prefix, 0) == 0 ? m.substr(prefix.size()) : m));
+    throw cleave::Error(e.status(), s.origin + ": " + (m.rfind(prefix, 0) == 0 ? m.substr(prefix.size()) : m));
   }
 }
 
-// The flags' values into `o` (a bad one is a usage error), all but the key files.
+// The options' values into `o` (a bad one is a usage error), all but the key files.
 void apply_flags(cleave::Options& o, const Flags& f) {
-  if (f.insecure) set_flag(o, "insecure", "true");
-  for (const auto& [name, value] : f.given) set_flag(o, name, value);
-  if (f.verbose) set_flag(o, "log-level", "debug");
-  const std::string data = f.dataset.empty() ? f.data : f.dataset;
-  if (!data.empty()) {
-    set_flag(o, "role", "data-client");  // a daemon with data takes federated and split-learning jobs
-    set_flag(o, f.dataset.empty() ? "data" : "dataset", data);
+  for (const Setting& s : f.given) {
+    if (s.name == "key" || s.name == "coordinator-key") continue;  // apply_keys
+    if (s.name == "verbose") {
+      set_option(o, s, "log-level", f.on("verbose") ? "debug" : "info");
+    } else {
+      set_option(o, s, s.name, s.value);
+      // A daemon with data takes federated and split-learning jobs.
+      if (s.name == "dataset" || s.name == "data") set_option(o, s, "role", "data-client");
+    }
   }
-  if (!f.shard.empty()) set_flag(o, "shard", f.shard);
-  if (!f.poison.empty()) set_flag(o, "poison", f.poison);
 }
 
 // The key files (read and checked now: one that is missing means the daemon cannot start).
 void apply_keys(cleave::Options& o, const Flags& f) {
-  if (!f.key.empty()) set_flag(o, "key", f.key);
-  if (!f.coordinator_key.empty()) set_flag(o, "coordinator-key", f.coordinator_key);
+  for (const Setting& s : f.given)
+    if (s.name == "key" || s.name == "coordinator-key") set_option(o, s, s.name, s.value);
+}
+
+// --check-config: the client could be made from the options; say what they are.
+int check_config(const cleave::Options& options, const Flags& f) {
+  cleave::Client client(options);  // complete options, or cleave::Error
+  std::printf("cleaved: the options are valid (cleave %s):\n", cleave_version());
+  for (const Setting& s : f.given) std::printf("  %-20s %-40s (%s)\n", s.name.c_str(), s.value.c_str(), s.origin.c_str());
+  return 0;
 }
 
 // Runs the client until it ends or a signal stops it; returns the exit status.
@@ -132,10 +178,11 @@ int serve(const cleave::Options& options) {
 
 }  // namespace
 
-// Exit status: 0 after serving (or when stopped by SIGINT / SIGTERM); 2 for a
-// bad command line (CLI11's parse errors and the checks below, printed with
+// Exit status: 0 after serving (or when stopped by SIGINT / SIGTERM, or
+// --check-config found the options valid); 2 for a bad command line or
+// configuration file (CLI11's parse errors and the checks below, printed with
 // the usage hint) and when --connect-timeout passes without an authenticated
-// connection; 1 when serving fails.
+// connection; 1 when serving fails (also: a key file that cannot be read).
 int main(int argc, char** argv) {
   cleave::prefer_passive_openmp(argv);
   CLI::App app{"cleaved: the cleave device daemon — hosts a range of layers and trains them with its neighbours"};
@@ -151,15 +198,16 @@ int main(int argc, char** argv) {
   }
   cleave::Options options;
   try {
+    if (!flags.config.empty()) flags.merge(cleave::daemon_config::read_config(flags.config, flags.known));
     apply_flags(options, flags);  // each value first (as CLI11's checks), then how they combine
     if (const std::string why = flag_conflict(flags); !why.empty()) throw cleave::Error(CLEAVE_ERR_INVALID_ARGUMENT, why);
-  } catch (const cleave::Error& e) {
+  } catch (const std::exception& e) {  // cleave::Error, or the configuration file's std::runtime_error
     std::fprintf(stderr, "cleaved: error: %s\nRun `cleaved --help` for the flags.\n", e.what());
     return kExitUsage;
   }
   try {
     apply_keys(options, flags);
-    return serve(options);
+    return flags.check_config ? check_config(options, flags) : serve(options);
   } catch (const cleave::Error& e) {  // a key file, or options the client cannot start with
     std::fprintf(stderr, "cleaved: error: %s\n", e.what());
     return kExitFailure;

@@ -75,6 +75,24 @@ for exe in "$SCRATCH/ex-cmake/fed_client" "$SCRATCH/fed_client_pc" "$SCRATCH/ex-
   [ "$(readlink -f "$lib")" = "$(readlink -f "$LIBDIR/libcleave.so.0")" ] || fail "$exe loads '$lib', not $LIBDIR/libcleave.so.0"
 done
 
+# --- cleaved as a service: the unit starts the installed cleaved with /etc/cleave/cleaved.conf,
+# hardened; the example configuration has only keys cleaved knows (it fails on its key file).
+UNIT=$P/lib/systemd/system/cleaved.service
+[ -f "$UNIT" ] || fail "no $UNIT"
+grep -q "^ExecStart=$P/bin/cleaved --config /etc/cleave/cleaved.conf\$" "$UNIT" || { cat "$UNIT"; fail "ExecStart"; }
+for d in DynamicUser=yes StateDirectory=cleave ProtectSystem=strict NoNewPrivileges=yes PrivateTmp=yes \
+  Restart=on-failure; do
+  grep -q "^$d\$" "$UNIT" || fail "the unit lacks $d"
+done
+if command -v systemd-analyze >/dev/null 2>&1; then
+  systemd-analyze verify "$UNIT" 2>&1 | grep -v "not executable\|/etc/cleave" | grep -i "error" && fail "systemd-analyze verify"
+fi
+code=0
+"$P/bin/cleaved" --config "$P/share/cleave/cleaved.conf.example" --check-config >"$SCRATCH/conf.log" 2>&1 || code=$?
+[ $code = 1 ] && grep -q "cleaved.conf.example:[0-9]*: key: /var/lib/cleave/board1.key" "$SCRATCH/conf.log" ||
+  { cat "$SCRATCH/conf.log"; fail "the example configuration (exit $code)"; }
+echo "service: the unit and the example configuration are installed and consistent"
+
 # --- Keys: the coordinator and two devices, their public keys allowed.
 K=$SCRATCH/keys
 for n in coordinator dev1 dev2 dev3; do "$P/bin/cleave" keygen --out "$K" --name $n >/dev/null; done
