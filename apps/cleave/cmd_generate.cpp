@@ -33,22 +33,13 @@ void run_generate(const GenerateFlags& f) {
   if (f.top_k < 0) throw UsageError("--top-k must be >= 0 (0: all 256 bytes, 1: greedy), got " +
                                     std::to_string(f.top_k));
   if (f.threads < 0) throw UsageError("--threads must be >= 0 (0: all cores), got " + std::to_string(f.threads));
-  const CheckpointWeights weights = load_checkpoint_weights(f.checkpoint);
-  const ModelSpec spec = ModelSpec::parse(weights.model, f.checkpoint);
+  CheckpointLanguageModel lm;
   try {
-    check_byte_language_model(spec, f.checkpoint);
+    lm = load_language_model(f.checkpoint, f.threads);
   } catch (const std::invalid_argument& e) {
     throw CliError(e.what());
   }
-  DeviceOptions o;
-  o.threads = f.threads;
-  std::unique_ptr<Device> device = open_device("cpu", o);
-  Partition model(*device, spec, 0, spec.num_layers());
-  if (static_cast<int64_t>(weights.params.size()) != model.param_count())
-    throw CliError(f.checkpoint + ": holds " + std::to_string(weights.params.size()) + " parameters, model '" +
-                   spec.name + "' has " + std::to_string(model.param_count()));
-  if (model.param_count() > 0) model.params().from_host(weights.params);
-  TextGenerator generator(model);
+  TextGenerator& generator = *lm.generator;
   if (static_cast<int64_t>(f.prompt.size()) > generator.context())
     std::fprintf(stderr, "cleave generate: the prompt has %zu bytes, the model's context %lld: it sees the last %lld\n",
                  f.prompt.size(), static_cast<long long>(generator.context()),

@@ -35,6 +35,7 @@
 
 #include "apps/common/processes.h"
 #include "bench/common/local_daemons.h"
+#include "core/data/dataset.h"
 #include "core/io/json_file.h"
 #include "core/runtime/coordinator/pipeline.h"
 #include "core/train/local_trainer.h"
@@ -48,7 +49,7 @@ namespace {
 struct Options {
   std::string model = std::string(CLEAVE_SOURCE_DIR) + "/models/gpt-tiny.json";
   std::string text;  // "" = fortunes
-  std::string fortunes_dir = "/usr/share/games/fortunes";
+  std::string fortunes_dir = cleave::kFortunesDir;
   std::vector<int> threads{1, 2};
   std::vector<int> stages{2, 3};
   int64_t batch = 32;
@@ -81,21 +82,6 @@ double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const size_t n = v.size();
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-// The fortunes as one file: what docs/models.md tells users to build.
-std::string concatenate_fortunes(const std::string& dir, const std::string& out) {
-  std::vector<fs::path> files;
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(dir, ec))
-    if (e.is_regular_file() && !e.is_symlink() && e.path().extension() != ".dat") files.push_back(e.path());
-  if (ec || files.empty())
-    throw std::runtime_error("no fortunes in " + dir + " (install Debian's `fortunes` package, or pass --text FILE)");
-  std::sort(files.begin(), files.end());
-  std::ofstream o(out, std::ios::binary);
-  for (const auto& f : files) o << std::ifstream(f, std::ios::binary).rdbuf();
-  if (!o) throw std::runtime_error("cannot write " + out);
-  return out;
 }
 
 // Runs a shell command, returns its stdout (stderr passes through) and exit status.
@@ -358,7 +344,7 @@ int main(int argc, char** argv) {
   try {
     std::string text = o.text;
     const std::string tmp = (fs::temp_directory_path() / ("bench-gpt-fortunes-" + std::to_string(getpid()) + ".txt"));
-    if (text.empty()) text = concatenate_fortunes(o.fortunes_dir, tmp);
+    if (text.empty()) text = cleave::write_fortunes_text(o.fortunes_dir, tmp);
     const Torch torch(o);
     const int64_t t = context_of(o.model);
     std::printf("bench_gpt: %s, text %s (%lld bytes), batch %lld, load %.2f, torch %s\n", o.model.c_str(),

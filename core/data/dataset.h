@@ -132,6 +132,14 @@ Dataset load_dataset(const std::string& name_or_path, const std::string& dataset
 // be read or a split is too short for one window of T + 1 bytes.
 Dataset load_text(const std::string& path, int64_t context, bool train, int64_t limit = -1);
 
+// Where Debian's `fortunes` package puts its texts.
+inline constexpr const char* kFortunesDir = "/usr/share/games/fortunes";
+// The shipped example text: every file of `dir` but the .dat indexes, in name
+// order, written as one file `out` (what docs/models.md builds by hand);
+// returns `out`. Throws std::runtime_error when `dir` holds none (install
+// Debian's `fortunes`) or `out` cannot be written.
+std::string write_fortunes_text(const std::string& dir, const std::string& out);
+
 // The samples at `indices` (in that order, repeats allowed), same name, shapes
 // and num_classes, in x / y (text windows are materialised). Throws std::out_of_range for an index outside [0, size).
 Dataset subset(const Dataset& data, const std::vector<int64_t>& indices);

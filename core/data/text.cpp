@@ -1,6 +1,7 @@
 // text.cpp: load_text, a file's bytes as a language model's windows; see
 // dataset.h and docs/data.md ("Text").
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <stdexcept>
@@ -61,6 +62,21 @@ Dataset load_text(const std::string& path, int64_t context, bool train, int64_t 
     fill_validation(data, std::vector<uint8_t>(bytes.begin() + cut, bytes.end()), context, limit);
   }
   return data;
+}
+
+std::string write_fortunes_text(const std::string& dir, const std::string& out) {
+  namespace fs = std::filesystem;
+  std::vector<fs::path> files;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec))
+    if (e.is_regular_file() && !e.is_symlink() && e.path().extension() != ".dat") files.push_back(e.path());
+  if (ec || files.empty())
+    throw std::runtime_error("no fortunes in " + dir + " (install Debian's `fortunes` package, or pass --text FILE)");
+  std::sort(files.begin(), files.end());
+  std::ofstream o(out, std::ios::binary);
+  for (const auto& f : files) o << std::ifstream(f, std::ios::binary).rdbuf();
+  if (!o) throw std::runtime_error("cannot write " + out);
+  return out;
 }
 
 }  // namespace cleave

@@ -1,6 +1,9 @@
 // generate.cpp: see generate.h.
 #include "core/train/generate.h"
 
+#include "core/train/train_checkpoint.h"
+#include "device/device.h"
+
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
@@ -105,6 +108,23 @@ std::string TextGenerator::generate(const std::string& prompt, int64_t tokens, c
     if (on_byte) on_byte(byte);
   }
   return out;
+}
+
+CheckpointLanguageModel load_language_model(const std::string& path, int threads) {
+  const CheckpointWeights weights = load_checkpoint_weights(path);
+  const ModelSpec spec = ModelSpec::parse(weights.model, path);
+  check_byte_language_model(spec, path);
+  DeviceOptions o;
+  o.threads = threads;
+  CheckpointLanguageModel lm;
+  lm.device = open_device("cpu", o);
+  lm.model = std::make_unique<Partition>(*lm.device, spec, 0, spec.num_layers());
+  if (static_cast<int64_t>(weights.params.size()) != lm.model->param_count())
+    throw std::invalid_argument(path + ": holds " + std::to_string(weights.params.size()) + " parameters, model '" +
+                                spec.name + "' has " + std::to_string(lm.model->param_count()));
+  if (lm.model->param_count() > 0) lm.model->params().from_host(weights.params);
+  lm.generator = std::make_unique<TextGenerator>(*lm.model);
+  return lm;
 }
 
 }  // namespace cleave

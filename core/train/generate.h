@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -57,5 +58,19 @@ class TextGenerator {
   int64_t context_;
   int64_t vocab_;
 };
+
+// A byte-level language model from a checkpoint (`cleave train --text
+// --save`), on a CPU device of its own, ready to generate.
+struct CheckpointLanguageModel {
+  std::unique_ptr<Device> device;
+  std::unique_ptr<Partition> model;
+  std::unique_ptr<TextGenerator> generator;
+};
+
+// Loads `path` (threads: CPU threads, 0 = all cores). Throws
+// std::invalid_argument when its model is not a byte-level language model
+// (check_byte_language_model) or its parameters do not fit the model, and
+// what load_checkpoint_weights throws for an unreadable file.
+CheckpointLanguageModel load_language_model(const std::string& path, int threads);
 
 }  // namespace cleave

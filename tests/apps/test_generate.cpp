@@ -116,3 +116,24 @@ TEST_CASE("cleave generate: bad flags are refused", "[cli][generate]") {
   require_usage_error(base + " --prompt hi --tokens three", {"--tokens"});
   require_help_lists("generate", {"--checkpoint", "--prompt", "--tokens", "--temperature", "--top-k", "--seed"});
 }
+
+TEST_CASE("cleave demo --model gpt trains gpt-tiny across three encrypted daemons and prints a sample", "[cli][demo]") {
+  TempDir dir;
+  const std::string text = dir.file("corpus.txt");
+  test::write_generated_text(text, 60000);
+  const RunResult r = run_shell("cd '" CLEAVE_SOURCE_DIR "' && '" + kCleave + "' demo --model gpt --text '" + text +
+                                "' --max-steps 6 --batch 16 --limit-test 16 --json '" + dir.file("demo.json") + "'");
+  INFO(r.output);
+  REQUIRE(r.code == 0);
+  const nlohmann::json j = read_json(dir.file("demo.json"));
+  CHECK(j["mode"] == "demo");
+  CHECK(j["plan"].size() == 3);  // three daemons, a stage each
+  CHECK(j["steps"] == 6);
+  CHECK(std::isfinite(j["val_loss"].get<double>()));
+  const size_t at = r.output.find("a sample (cleave generate");
+  REQUIRE(at != std::string::npos);
+  const size_t q = r.output.find("\nQ: ", at);
+  REQUIRE(q != std::string::npos);
+  CHECK(r.output.size() >= q + 4 + 200);  // the prompt, then 200 sampled bytes
+  require_usage_error("demo --text '" + text + "'", {"--text goes with --model gpt"});
+}
