@@ -1,8 +1,10 @@
 // test_opencl_gpt.cpp: a GPT trains on the OpenCL backend as a user runs it
 // (issue 16): `cleave train --local --text ... --backend opencl` on
 // tests/fixtures/gpt-micro.json gives the per-step and validation losses of
-// `--backend cpu` within the OpenCL backend's stated whole-model tolerance
-// (docs/backends.md: 1e-3 relative), and the model really learns.
+// `--backend cpu` within the OpenCL backend's stated tolerance for a GPT
+// (docs/backends.md: 1e-4 relative per step; measured 5e-8), and the model
+// really learns. An embedding gradient that drops one token row per
+// micro-batch moved the losses by 7.7e-4: this test fails on it.
 //
 // Skips (tests/skip.h) when no OpenCL platform or device can be opened or the
 // build has no OpenCL backend; any other failure to open the device fails.
@@ -20,6 +22,8 @@ using namespace cleave::cli_test;
 namespace {
 
 const std::string kGptMicro = CLEAVE_SOURCE_DIR "/tests/fixtures/gpt-micro.json";
+// The OpenCL backend's whole-model tolerance for a GPT (docs/backends.md).
+constexpr double kTolerance = 1e-4;
 
 // Why OpenCL cannot be used here ("" when it can); throws for a broken backend.
 std::string opencl_missing() {
@@ -69,14 +73,14 @@ TEST_CASE("cleave train --text --backend opencl reproduces the cpu's GPT losses"
     const double x = a[i].get<double>(), y = b[i].get<double>();
     worst = std::max(worst, std::abs(x - y) / std::abs(x));
     INFO("step " << i << ": cpu " << x << " opencl " << y);
-    CHECK(std::abs(x - y) <= 1e-3 * std::abs(x));
+    CHECK(std::abs(x - y) <= kTolerance * std::abs(x));
   }
   REQUIRE(cpu["val_losses"].size() == 2);
   REQUIRE(ocl["val_losses"].size() == 2);
   for (size_t e = 0; e < 2; ++e) {
     const double x = cpu["val_losses"][e].get<double>(), y = ocl["val_losses"][e].get<double>();
     INFO("epoch " << e << ": cpu " << x << " opencl " << y);
-    CHECK(std::abs(x - y) <= 1e-3 * x);
+    CHECK(std::abs(x - y) <= kTolerance * x);
   }
   WARN("largest relative loss difference over " << a.size() << " steps: " << worst);
   // It learns: the run is not two copies of a constant.

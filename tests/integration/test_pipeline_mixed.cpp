@@ -2,8 +2,8 @@
 // (models/gpt-tiny.json, --text) pipelined across one
 // `cleaved --backend opencl` daemon (PoCL here) and one `cleaved --backend cpu`
 // daemon gives the per-step and validation losses of training in one process
-// on the CPU, within the OpenCL backend's stated whole-model tolerance
-// (docs/backends.md: 1e-3 relative). Both placements run: the OpenCL daemon
+// on the CPU, within the OpenCL backend's stated tolerance for a GPT
+// (docs/backends.md: 1e-4 relative per step; measured 4e-6). Both placements run: the OpenCL daemon
 // holding the embeddings (stage 0) and holding the head and the loss (stage 1).
 //
 // Skips (tests/skip.h) when no OpenCL platform or device can be opened or the
@@ -134,8 +134,8 @@ TEST_CASE("a GPT across an OpenCL and a CPU daemon reproduces the CPU's losses",
       REQUIRE(piped["plan"].size() == 2);
       REQUIRE(stage_backend(piped, opencl_stage) == "opencl");
       REQUIRE(stage_backend(piped, 1 - opencl_stage) == "cpu");
-      const double worst = check_close(local["losses"], piped["losses"], 1e-3, "step");
-      check_close(local["val_losses"], piped["val_losses"], 1e-3, "epoch");
+      const double worst = check_close(local["losses"], piped["losses"], 1e-4, "step");
+      check_close(local["val_losses"], piped["val_losses"], 1e-4, "epoch");
       WARN("OpenCL stage " << opencl_stage << ": largest relative loss difference over 8 steps " << worst);
       // It learns, so the comparison is not between two constants.
       CHECK(piped["losses"][7].get<double>() < piped["losses"][0].get<double>() - 1.0);
