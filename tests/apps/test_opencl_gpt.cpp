@@ -12,7 +12,7 @@
 #include <string>
 
 #include "apps/cli_util.h"
-#include "device/device.h"
+#include "integration/opencl_missing.h"
 #include "skip.h"
 #include "text_corpus.h"
 
@@ -24,21 +24,6 @@ namespace {
 const std::string kGptMicro = CLEAVE_SOURCE_DIR "/tests/fixtures/gpt-micro.json";
 // The OpenCL backend's whole-model tolerance for a GPT (docs/backends.md).
 constexpr double kTolerance = 1e-4;
-
-// Why OpenCL cannot be used here ("" when it can); throws for a broken backend.
-std::string opencl_missing() {
-  try {
-    open_device("opencl");
-    return "";
-  } catch (const std::exception& e) {
-    const std::string why = e.what();
-    if (why.find("no OpenCL platform found") == std::string::npos &&
-        why.find("no usable OpenCL device") == std::string::npos && why.find("not compiled") == std::string::npos &&
-        why.find("was not found") == std::string::npos)
-      throw;
-    return why;
-  }
-}
 
 // `cleave train --local` on gpt-micro with `backend`; its JSON result.
 nlohmann::json train_text(TempDir& dir, const std::string& text, const std::string& backend) {
@@ -55,7 +40,7 @@ nlohmann::json train_text(TempDir& dir, const std::string& text, const std::stri
 }  // namespace
 
 TEST_CASE("cleave train --text --backend opencl reproduces the cpu's GPT losses", "[cli][opencl][text]") {
-  const std::string missing = opencl_missing();
+  const std::string missing = cleave::testing::opencl_missing();
   if (!missing.empty()) CLEAVE_SKIP("no OpenCL device: " << missing);
   TempDir dir;
   const std::string text = dir.file("corpus.txt");

@@ -16,8 +16,8 @@
 
 #include "core/runtime/coordinator/pipeline.h"
 #include "core/train/local_trainer.h"
-#include "device/device.h"
 #include "integration/daemon_cluster.h"
+#include "integration/opencl_missing.h"
 #include "scratch_dir.h"
 #include "skip.h"
 #include "text_corpus.h"
@@ -26,21 +26,6 @@ using namespace cleave;
 using cleave::testing::DaemonCluster;
 
 namespace {
-
-// Why OpenCL cannot be used here ("" when it can); throws for a broken backend.
-std::string opencl_missing() {
-  try {
-    open_device("opencl");
-    return "";
-  } catch (const std::exception& e) {
-    const std::string why = e.what();
-    if (why.find("no OpenCL platform found") == std::string::npos &&
-        why.find("no usable OpenCL device") == std::string::npos && why.find("not compiled") == std::string::npos &&
-        why.find("was not found") == std::string::npos)
-      throw;
-    return why;
-  }
-}
 
 // The largest relative difference of b from a, checking each against `tol`.
 double check_close(const nlohmann::json& a, const nlohmann::json& b, double tol, const char* what) {
@@ -93,7 +78,7 @@ std::string stage_backend(const nlohmann::json& result, int stage) {
 }  // namespace
 
 TEST_CASE("a GPT across an OpenCL and a CPU daemon reproduces the CPU's losses", "[integration][pipeline][opencl][text]") {
-  const std::string missing = opencl_missing();
+  const std::string missing = cleave::testing::opencl_missing();
   if (!missing.empty()) CLEAVE_SKIP("no OpenCL device: " << missing);
   test::TempDir dir;
   const std::string text = dir.file("corpus.txt");
