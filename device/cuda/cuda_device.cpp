@@ -8,7 +8,10 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <string>
+#include <vector>
 
 #include "device/backends.h"
 #include "device/op_checks.h"
@@ -238,16 +241,8 @@ void CudaDevice::mul(const Tensor& a, const Tensor& b, const Tensor& out) {
   cuda::mul(ptr(a), ptr(b), ptr(out), a.numel(), as_stream(stream_));
 }
 
-namespace {
-void refuse_gelu_tanh(Activation act) {
-  if (act == Activation::gelu_tanh)
-    throw std::runtime_error("cuda: activation gelu_tanh is not implemented on this backend yet");
-}
-}  // namespace
-
 void CudaDevice::activation_forward(Activation act, const Tensor& x, const Tensor& y) {
   check_activation_forward(*this, act, x, y);
-  refuse_gelu_tanh(act);
   bind();
   cuda::activation_forward(act, ptr(x), ptr(y), x.numel(), as_stream(stream_));
 }
@@ -255,14 +250,13 @@ void CudaDevice::activation_forward(Activation act, const Tensor& x, const Tenso
 void CudaDevice::activation_backward(Activation act, const Tensor& x, const Tensor& y, const Tensor& dy,
                                      const Tensor& dx) {
   check_activation_backward(*this, act, x, y, dy, dx);
-  refuse_gelu_tanh(act);
   const float* px = nullptr;
   const float* py = nullptr;
   switch (act) {
     case Activation::relu: px = ptr(x.defined() ? x : y); break;  // x > 0 exactly where y > 0: either will do
-    case Activation::gelu: px = ptr(x); break;
+    case Activation::gelu:
+    case Activation::gelu_tanh: px = ptr(x); break;
     case Activation::tanh: py = ptr(y); break;
-    case Activation::gelu_tanh: break;  // refused above
   }
   const int64_t n = dy.numel();
   bind();
@@ -407,6 +401,55 @@ void CudaDevice::adam_step(const Tensor& params, const Tensor& grads, const Tens
   const int64_t n = params.numel();
   bind();
   cuda::adam_step(ptr(params), ptr(grads), ptr(m), ptr(v), n, s, as_stream(stream_));
+}
+
+// ---------------------------------------------------------------------------------------------
+// transformer ops
+
+namespace {
+// Throws, as the CPU backend does, when an id of ids (rows, on the GPU) is not an
+// index in [0, vocab). The ids are read back (rows floats, a blocking copy).
+void check_token_ids(Device& dev, const char* op, const Tensor& ids, int64_t rows, int64_t vocab) {
+  if (rows == 0) return;
+  std::vector<float> host(static_cast<size_t>(rows));
+  dev.download(Tensor::view(ids, 0, {rows}), host.data());
+  for (int64_t r = 0; r < rows; ++r) {
+    const float id = host[static_cast<size_t>(r)];
+    if (!(id >= 0.f) || !(id < static_cast<float>(vocab)) || id != std::floor(id))
+      throw std::invalid_argument(std::string("cuda ") + op + ": label " + std::to_string(id) + " in row " +
+                                  std::to_string(r) + " is not a class index in [0, " + std::to_string(vocab) + ")");
+  }
+}
+}  // namespace
+
+void CudaDevice::embedding_forward(const Tensor& ids, const Tensor& table, const Tensor& y, int64_t rows,
+                                   int64_t vocab, int64_t width) {
+  check_embedding(*this, "embedding_forward", ids, table, y, rows, vocab, width);
+  check_token_ids(*this, "embedding_forward", ids, rows, vocab);
+  bind();
+  cuda::embedding_forward(ptr(ids), ptr(table), ptr(y), rows, vocab, width, as_stream(stream_));
+}
+
+void CudaDevice::embedding_backward(const Tensor& ids, const Tensor& dy, const Tensor& dtable, int64_t rows,
+                                    int64_t vocab, int64_t width) {
+  check_embedding(*this, "embedding_backward", ids, dtable, dy, rows, vocab, width);
+  check_token_ids(*this, "embedding_backward", ids, rows, vocab);
+  bind();
+  cuda::embedding_backward(ptr(ids), ptr(dy), ptr(dtable), rows, vocab, width, as_stream(stream_));
+}
+
+void CudaDevice::causal_softmax_forward(const Tensor& scores, const Tensor& probs, int64_t n, int64_t t,
+                                        float scale) {
+  check_causal_softmax(*this, "causal_softmax_forward", scores, probs, Tensor(), n, t);
+  bind();
+  cuda::causal_softmax_forward(ptr(scores), ptr(probs), n, t, scale, as_stream(stream_));
+}
+
+void CudaDevice::causal_softmax_backward(const Tensor& probs, const Tensor& dprobs, const Tensor& dscores,
+                                         int64_t n, int64_t t, float scale) {
+  check_causal_softmax(*this, "causal_softmax_backward", probs, dprobs, dscores, n, t);
+  bind();
+  cuda::causal_softmax_backward(ptr(probs), ptr(dprobs), ptr(dscores), n, t, scale, as_stream(stream_));
 }
 
 float CudaDevice::sum_squares(const Tensor& t) {

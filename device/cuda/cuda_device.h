@@ -101,6 +101,17 @@ class CudaDevice final : public Device {
   // Waits for the stream (the sum is read back).
   float sum_squares(const Tensor& t) override;
 
+  // The GPT's ops. Token ids are read back and checked on the host first (a
+  // blocking copy of `rows` floats); embedding_backward is deterministic (one
+  // thread per column walks the rows in order, like the CPU: no atomics).
+  void embedding_forward(const Tensor& ids, const Tensor& table, const Tensor& y, int64_t rows, int64_t vocab,
+                         int64_t width) override;
+  void embedding_backward(const Tensor& ids, const Tensor& dy, const Tensor& dtable, int64_t rows, int64_t vocab,
+                          int64_t width) override;
+  void causal_softmax_forward(const Tensor& scores, const Tensor& probs, int64_t n, int64_t t, float scale) override;
+  void causal_softmax_backward(const Tensor& probs, const Tensor& dprobs, const Tensor& dscores, int64_t n, int64_t t,
+                               float scale) override;
+
   int ordinal() const { return ordinal_; }
   size_t bytes_in_use() const { return in_use_->load(); }
 

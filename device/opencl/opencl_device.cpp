@@ -147,6 +147,10 @@ enum class K {
   sgd_step,
   adam_step,
   sum_squares_partial,
+  embedding_forward,
+  embedding_backward,
+  causal_softmax_forward,
+  causal_softmax_backward,
   count
 };
 constexpr const char* kKernelNames[] = {
@@ -158,7 +162,8 @@ constexpr const char* kKernelNames[] = {
     "avgpool_forward", "avgpool_backward", "layernorm_forward",
     "layernorm_backward_dx", "layernorm_backward_params", "softmax_xent",
     "mse",            "argmax_match",    "sgd_step",
-    "adam_step",      "sum_squares_partial"};
+    "adam_step",      "sum_squares_partial", "embedding_forward",
+    "embedding_backward", "causal_softmax_forward", "causal_softmax_backward"};
 static_assert(sizeof(kKernelNames) / sizeof(kKernelNames[0]) == static_cast<size_t>(K::count));
 
 // Build options of the program (part of the cache key): IEEE division and square
@@ -634,15 +639,15 @@ void OpenclDevice::mul(const Tensor& a, const Tensor& b, const Tensor& out) {
 }
 
 namespace {
-// The kernels' activation code (check_activation_* has refused unknown values).
+// The kernels' activation code (elementwise.cl; check_activation_* has refused unknown values).
 int activation_code(Activation act) {
   switch (act) {
     case Activation::relu: return 0;
     case Activation::gelu: return 1;
     case Activation::tanh: return 2;
-    case Activation::gelu_tanh: break;
+    case Activation::gelu_tanh: return 3;
   }
-  throw std::runtime_error("opencl: activation gelu_tanh is not implemented on this backend yet");
+  return 0;  // not reached: every Activation is listed above
 }
 }  // namespace
 
@@ -664,12 +669,12 @@ void OpenclDevice::activation_backward(Activation act, const Tensor& x, const Te
       return;
     }
     case Activation::gelu:
+    case Activation::gelu_tanh:
       s_->launch(K::activation_backward, n, n, code, x, Unused{}, dy, dx);
       return;
     case Activation::tanh:
       s_->launch(K::activation_backward, n, n, code, Unused{}, y, dy, dx);
       return;
-    case Activation::gelu_tanh: return;  // activation_code has thrown
   }
 }
 
@@ -796,6 +801,51 @@ void OpenclDevice::argmax_match(const Tensor& logits, const Tensor& labels, cons
                                 int64_t classes) {
   check_argmax_match(*this, logits, labels, correct, rows, classes);
   s_->launch(K::argmax_match, rows, rows, classes, logits, labels, correct);
+}
+
+// ---------------------------------------------------------------------------------------------
+// transformer ops
+
+namespace {
+// Throws, as the CPU backend does, when an id of ids (rows, on the device) is not
+// an index in [0, vocab). The ids are read back (rows floats, a blocking read).
+void check_token_ids(Device& dev, const char* op, const Tensor& ids, int64_t rows, int64_t vocab) {
+  if (rows == 0) return;
+  std::vector<float> host(static_cast<size_t>(rows));
+  dev.download(Tensor::view(ids, 0, {rows}), host.data());
+  for (int64_t r = 0; r < rows; ++r) {
+    const float id = host[static_cast<size_t>(r)];
+    if (!(id >= 0.f) || !(id < static_cast<float>(vocab)) || id != std::floor(id))
+      throw std::invalid_argument(std::string("opencl ") + op + ": label " + std::to_string(id) + " in row " +
+                                  std::to_string(r) + " is not a class index in [0, " + std::to_string(vocab) + ")");
+  }
+}
+}  // namespace
+
+void OpenclDevice::embedding_forward(const Tensor& ids, const Tensor& table, const Tensor& y, int64_t rows,
+                                     int64_t vocab, int64_t width) {
+  check_embedding(*this, "embedding_forward", ids, table, y, rows, vocab, width);
+  check_token_ids(*this, "embedding_forward", ids, rows, vocab);
+  s_->launch(K::embedding_forward, rows * width, rows, vocab, width, ids, table, y);
+}
+
+void OpenclDevice::embedding_backward(const Tensor& ids, const Tensor& dy, const Tensor& dtable, int64_t rows,
+                                      int64_t vocab, int64_t width) {
+  check_embedding(*this, "embedding_backward", ids, dtable, dy, rows, vocab, width);
+  check_token_ids(*this, "embedding_backward", ids, rows, vocab);
+  s_->launch(K::embedding_backward, width, rows, vocab, width, ids, dy, dtable);
+}
+
+void OpenclDevice::causal_softmax_forward(const Tensor& scores, const Tensor& probs, int64_t n, int64_t t,
+                                          float scale) {
+  check_causal_softmax(*this, "causal_softmax_forward", scores, probs, Tensor(), n, t);
+  s_->launch(K::causal_softmax_forward, n * t, n, t, scale, scores, probs);
+}
+
+void OpenclDevice::causal_softmax_backward(const Tensor& probs, const Tensor& dprobs, const Tensor& dscores,
+                                           int64_t n, int64_t t, float scale) {
+  check_causal_softmax(*this, "causal_softmax_backward", probs, dprobs, dscores, n, t);
+  s_->launch(K::causal_softmax_backward, n * t, n, t, scale, probs, dprobs, dscores);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -50,7 +50,7 @@ class OpenclDevice final : public Device {
   void scale(const Tensor& x, float alpha) override;
   void mul(const Tensor& a, const Tensor& b, const Tensor& out) override;
   void activation_forward(Activation act, const Tensor& x, const Tensor& y) override;
-  // relu may be given only y (x undefined); gelu needs x, tanh needs y.
+  // relu may be given only y (x undefined); gelu and gelu_tanh need x, tanh needs y.
   void activation_backward(Activation act, const Tensor& x, const Tensor& y, const Tensor& dy,
                            const Tensor& dx) override;
 
@@ -83,6 +83,17 @@ class OpenclDevice final : public Device {
            int64_t cols, float grad_scale) override;
   void argmax_match(const Tensor& logits, const Tensor& labels, const Tensor& correct, int64_t rows,
                     int64_t classes) override;
+
+  // The GPT's ops. Token ids are read back and checked on the host first (a
+  // blocking read of `rows` floats); embedding_backward is deterministic (no
+  // atomics: one work-item per column walks the rows in order, like the CPU).
+  void embedding_forward(const Tensor& ids, const Tensor& table, const Tensor& y, int64_t rows, int64_t vocab,
+                         int64_t width) override;
+  void embedding_backward(const Tensor& ids, const Tensor& dy, const Tensor& dtable, int64_t rows, int64_t vocab,
+                          int64_t width) override;
+  void causal_softmax_forward(const Tensor& scores, const Tensor& probs, int64_t n, int64_t t, float scale) override;
+  void causal_softmax_backward(const Tensor& probs, const Tensor& dprobs, const Tensor& dscores, int64_t n, int64_t t,
+                               float scale) override;
 
   // momentum_buf may be undefined when s.momentum == 0.
   void sgd_step(const Tensor& params, const Tensor& grads, const Tensor& momentum_buf,

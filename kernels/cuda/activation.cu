@@ -1,4 +1,5 @@
-// activation.cu: ReLU, GELU (exact, erf form as in PyTorch) and tanh, forward and backward.
+// activation.cu: ReLU, GELU (exact, erf form as in PyTorch), tanh and GPT-2's
+// tanh-approximated GELU (gelu_tanh), forward and backward.
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/ops.h"
 
@@ -7,6 +8,7 @@ namespace {
 
 constexpr float kInvSqrt2 = 0.70710678118654752440f;
 constexpr float kInvSqrt2Pi = 0.39894228040143267794f;
+constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2 / pi), gelu_tanh's
 
 // Pointers may alias (in-place activations), so no __restrict__.
 template <Activation A>
@@ -17,8 +19,10 @@ __global__ void activation_forward_kernel(const float* x, float* y, int64_t n) {
       y[i] = v > 0.f ? v : 0.f;
     } else if constexpr (A == Activation::gelu) {
       y[i] = 0.5f * v * (1.f + erff(v * kInvSqrt2));
-    } else {
+    } else if constexpr (A == Activation::tanh) {
       y[i] = tanhf(v);
+    } else {  // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+      y[i] = 0.5f * v * (1.f + tanhf(kGeluScale * (v + 0.044715f * v * v * v)));
     }
   }
 }
@@ -35,9 +39,14 @@ __global__ void activation_backward_kernel(const float* x, const float* y, const
       const float cdf = 0.5f * (1.f + erff(v * kInvSqrt2));
       const float pdf = kInvSqrt2Pi * expf(-0.5f * v * v);
       dx[i] = dy[i] * (cdf + v * pdf);
-    } else {
+    } else if constexpr (A == Activation::tanh) {
       const float t = y[i];
       dx[i] = dy[i] * (1.f - t * t);
+    } else {
+      const float v = x[i];
+      const float th = tanhf(kGeluScale * (v + 0.044715f * v * v * v));
+      const float sech2 = 1.f - th * th;
+      dx[i] = dy[i] * (0.5f * (1.f + th) + 0.5f * v * sech2 * kGeluScale * (1.f + 3.f * 0.044715f * v * v));
     }
   }
 }
@@ -52,6 +61,9 @@ void activation_forward(Activation act, const float* x, float* y, int64_t n, cud
     case Activation::relu: activation_forward_kernel<Activation::relu><<<grid, kBlock, 0, s>>>(x, y, n); break;
     case Activation::gelu: activation_forward_kernel<Activation::gelu><<<grid, kBlock, 0, s>>>(x, y, n); break;
     case Activation::tanh: activation_forward_kernel<Activation::tanh><<<grid, kBlock, 0, s>>>(x, y, n); break;
+    case Activation::gelu_tanh:
+      activation_forward_kernel<Activation::gelu_tanh><<<grid, kBlock, 0, s>>>(x, y, n);
+      break;
     default: throw std::invalid_argument("cuda activation_forward: unknown activation");
   }
   CUDA_CHECK_LAUNCH();
@@ -71,6 +83,9 @@ void activation_backward(Activation act, const float* x, const float* y, const f
       break;
     case Activation::tanh:
       activation_backward_kernel<Activation::tanh><<<grid, kBlock, 0, s>>>(x, y, dy, dx, n);
+      break;
+    case Activation::gelu_tanh:
+      activation_backward_kernel<Activation::gelu_tanh><<<grid, kBlock, 0, s>>>(x, y, dy, dx, n);
       break;
     default: throw std::invalid_argument("cuda activation_backward: unknown activation");
   }

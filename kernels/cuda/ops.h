@@ -27,7 +27,7 @@ void scale_matrix(float* c, int64_t m, int64_t n, int64_t ldc, float beta, cudaS
 
 // --- activation.cu (n elements; y may alias x, dx may alias dy) ----------------
 void activation_forward(Activation act, const float* x, float* y, int64_t n, cudaStream_t s);
-// dx = dy * f'(x); tanh uses y = tanh(x). Overwrites dx.
+// dx = dy * f'(x); tanh uses y = tanh(x), the others x. Overwrites dx.
 void activation_backward(Activation act, const float* x, const float* y, const float* dy, float* dx,
                          int64_t n, cudaStream_t s);
 
@@ -76,6 +76,21 @@ void mse(const float* pred, const float* target, float* loss, float* dpred, int6
          float grad_scale, cudaStream_t s);
 void argmax_match(const float* logits, const float* labels, float* correct, int64_t rows, int64_t classes,
                   cudaStream_t s);
+
+// --- transformer.cu -------------------------------------------------------------
+// ids (rows) hold token indices as floats, checked on the host first (an id that
+// is not one gives a NaN row forward and is skipped backward).
+// y (rows, width) row r = table (vocab, width) row ids[r].
+void embedding_forward(const float* ids, const float* table, float* y, int64_t rows, int64_t vocab, int64_t width,
+                       cudaStream_t s);
+// dtable row ids[r] += dy (rows, width) row r; accumulates, deterministic (no atomics).
+void embedding_backward(const float* ids, const float* dy, float* dtable, int64_t rows, int64_t vocab,
+                        int64_t width, cudaStream_t s);
+// n (t, t) matrices: probs = row softmax of scale * scores over keys j <= i, 0 above the diagonal.
+void causal_softmax_forward(const float* scores, float* probs, int64_t n, int64_t t, float scale, cudaStream_t s);
+// dscores = scale * probs * (dprobs - rowsum(probs dprobs)), 0 above the diagonal. Overwrites.
+void causal_softmax_backward(const float* probs, const float* dprobs, float* dscores, int64_t n, int64_t t,
+                             float scale, cudaStream_t s);
 
 // --- optimizer.cu (n parameters, in place) ---------------------------------------
 // momentum_buf may be null when s.momentum == 0.

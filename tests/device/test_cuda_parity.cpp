@@ -18,8 +18,11 @@
 //          build does not, or the same sums in the same order: axpy, col2im,
 //          pool backward, avgpool, mse gradient, SGD
 //   1e-5   float transcendentals (CUDA's erff/expf/tanhf are within 2 ulp, glibc's
-//          within 1): GELU, tanh, softmax cross-entropy, Adam (bias-corrected,
-//          5 steps), sum_squares (both sum in double)
+//          within 1): GELU, tanh, gelu_tanh, softmax cross-entropy, causal
+//          softmax forward and backward, Adam (bias-corrected, 5 steps),
+//          sum_squares (both sum in double)
+//   and 0 also for the embedding forward and backward (the same sums in the
+//          same order as the CPU)
 //   1e-4   reductions in a different order over up to ~1000 terms: GEMM (cuBLAS vs
 //          OpenBLAS), conv2d, bias gradients, layer norm forward and backward, mse loss
 #include <catch2/catch.hpp>
@@ -333,7 +336,8 @@ TEST_CASE("cuda parity: elementwise and activations", "[cuda][device]") {
       double tol;
     };
     for (const A& a : {A{Activation::relu, "relu", kExact}, A{Activation::gelu, "gelu", kTranscendental},
-                       A{Activation::tanh, "tanh", kTranscendental}}) {
+                       A{Activation::tanh, "tanh", kTranscendental},
+                       A{Activation::gelu_tanh, "gelu_tanh", kTranscendental}}) {
       Vec xv = random_vec(n, seed + 2, -4.f, 4.f);
       if (n > 2) xv[1] = 0.f;  // relu's kink
       Twin x(xv), y(Vec(n, 0.f)), dy(random_vec(n, seed + 3)), dx(Vec(n, 0.f));
@@ -521,6 +525,46 @@ TEST_CASE("cuda parity: losses and accuracy", "[cuda][device]") {
       both([&](Device& d, Side s) { d.mse(pred[s], target[s], loss[s], Tensor{}, rows, cols, 0.5f); });
       expect_parity("mse eval-only loss" + sz, loss, kReduction);
     }
+}
+
+TEST_CASE("cuda parity: token embedding and causal softmax", "[cuda][device]") {
+  CUDA_OR_SKIP(b);
+  uint32_t seed = 600;
+  struct E {
+    int64_t rows, vocab, width;
+  };
+  for (const E& e : {E{1, 1, 1}, E{7, 3, 5}, E{300, 257, 33}, E{1031, 4, 64}, E{16, 1000, 1}}) {
+    const std::string sz = " " + dims({e.rows, e.vocab, e.width});
+    Twin ids(label_vec(static_cast<size_t>(e.rows), e.vocab, ++seed));
+    Twin table(random_vec(static_cast<size_t>(e.vocab * e.width), ++seed), {e.vocab, e.width});
+    Twin y(Vec(static_cast<size_t>(e.rows * e.width), std::numeric_limits<float>::quiet_NaN()), {e.rows, e.width});
+    both([&](Device& d, Side s) { d.embedding_forward(ids[s], table[s], y[s], e.rows, e.vocab, e.width); });
+    expect_parity("embedding_forward" + sz, y, kExact);
+    Twin dy(random_vec(static_cast<size_t>(e.rows * e.width), ++seed), {e.rows, e.width});
+    both([&](Device& d, Side s) { d.embedding_backward(ids[s], dy[s], table[s], e.rows, e.vocab, e.width); });
+    expect_parity("embedding_backward" + sz, table, kExact);  // accumulated onto the table
+  }
+  {  // an id outside the vocabulary is refused before anything runs
+    Tensor ids(*b.gpu, {2}), table(*b.gpu, {3, 4}), y(*b.gpu, {2, 4});
+    ids.from_host(Vec{1.f, 3.f});
+    CHECK_THROWS_WITH(b.gpu->embedding_forward(ids, table, y, 2, 3, 4), Catch::Contains("in row 1 is not"));
+    CHECK_THROWS_WITH(b.gpu->embedding_backward(ids, y, table, 2, 3, 4), Catch::Contains("in row 1 is not"));
+  }
+  struct C {
+    int64_t n, t;
+    float scale;
+  };
+  for (const C& c : {C{1, 1, 1.f}, C{3, 7, 0.35f}, C{8, 64, 0.125f}, C{2, 257, 0.5f}}) {
+    const std::string sz = " " + dims({c.n, c.t, c.t});
+    const size_t count = static_cast<size_t>(c.n * c.t * c.t);
+    Twin scores(random_vec(count, ++seed, -6.f, 6.f)), probs(Vec(count, std::numeric_limits<float>::quiet_NaN()));
+    both([&](Device& d, Side s) { d.causal_softmax_forward(scores[s], probs[s], c.n, c.t, c.scale); });
+    expect_parity("causal_softmax_forward" + sz, probs, kTranscendental);
+    // Backward from the same (CPU) probabilities on both sides.
+    Twin pc(probs.c.to_host()), dprobs(random_vec(count, ++seed)), dscores(Vec(count, 0.f));
+    both([&](Device& d, Side s) { d.causal_softmax_backward(pc[s], dprobs[s], dscores[s], c.n, c.t, c.scale); });
+    expect_parity("causal_softmax_backward" + sz, dscores, kTranscendental);
+  }
 }
 
 TEST_CASE("cuda parity: optimizers and sum_squares", "[cuda][device]") {

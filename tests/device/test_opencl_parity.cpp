@@ -11,7 +11,10 @@
 //   exact (0, 0):         fill, copy, im2col, swap_axes01, maxpool forward values
 //                         and indices, maxpool backward, argmax_match, relu
 //   elementwise (1e-6, 1e-7): axpy, scale, mul, add_bias_*, sgd_step
-//   transcendental (2e-5, 1e-6): gelu, tanh, softmax_xent, layernorm, adam_step
+//   transcendental (2e-5, 1e-6): gelu, tanh, gelu_tanh, softmax_xent, layernorm,
+//                         adam_step, causal_softmax forward (backward: atol
+//                         1e-6 * max|cpu|, its row dot product)
+//   exact also: embedding forward and backward (the same sums in the same order)
 //   reductions (1e-5, 1e-5 * max|cpu|): bias_grad_*, col2im, avgpool, mse,
 //                         layernorm dgamma/dbeta, sum_squares
 //   gemm (1e-5, 2e-6 * k * max|a| * max|b|)
@@ -328,8 +331,11 @@ TEST_CASE("opencl elementwise ops and activations", "[opencl]") {
     cl.mul(x.b(), y.b(), out.b());
     expect_close(out, kElementwise, "mul" + sz);
 
-    for (Activation act : {Activation::relu, Activation::gelu, Activation::tanh}) {
-      const std::string name = act == Activation::relu ? "relu" : act == Activation::gelu ? "gelu" : "tanh";
+    for (Activation act : {Activation::relu, Activation::gelu, Activation::tanh, Activation::gelu_tanh}) {
+      const std::string name = act == Activation::relu   ? "relu"
+                               : act == Activation::gelu ? "gelu"
+                               : act == Activation::tanh ? "tanh"
+                                                         : "gelu_tanh";
       const Tol tol = act == Activation::relu ? kExact : kTranscendental;
       Both fx = rig.garbage({n});
       cpu.activation_forward(act, x.a(), fx.a());
@@ -352,6 +358,10 @@ TEST_CASE("opencl elementwise ops and activations", "[opencl]") {
   cpu.activation_forward(Activation::gelu, x.a(), x.a());
   cl.activation_forward(Activation::gelu, x.b(), x.b());
   expect_close(x, kTranscendental, "gelu in place");
+  Both xt = rig.random({333}, -6.f, 6.f);
+  cpu.activation_forward(Activation::gelu_tanh, xt.a(), xt.a());
+  cl.activation_forward(Activation::gelu_tanh, xt.b(), xt.b());
+  expect_close(xt, kTranscendental, "gelu_tanh in place");
 }
 
 TEST_CASE("opencl bias over rows and channels, forward and backward", "[opencl]") {
@@ -513,6 +523,135 @@ TEST_CASE("opencl layer norm, forward and backward", "[opencl]") {
     expect_close(dx, Tol{1e-4, 1e-5 * std::max(1.f, max_abs(dx.a()))}, "layernorm_backward dx" + sz);
     expect_close(dgamma, reduction_tol(dgamma), "layernorm_backward dgamma" + sz);
     expect_close(dbeta, reduction_tol(dbeta), "layernorm_backward dbeta" + sz);
+  }
+}
+
+TEST_CASE("opencl token embedding, forward and backward", "[opencl]") {
+  CLEAVE_NEED_OPENCL();
+  Rig rig{cpu, cl, std::mt19937(75)};
+  for (int iter = 0; iter < 7; ++iter) {
+    const int64_t rows = iter == 0 ? 1 : pick(rig.rng, 1, 300), vocab = iter == 1 ? 1 : pick(rig.rng, 2, 300);
+    const int64_t width = iter == 2 ? 1 : pick(rig.rng, 1, 70);
+    const std::string sz = " rows " + std::to_string(rows) + " vocab " + std::to_string(vocab) + " width " +
+                           std::to_string(width);
+    Vec ids(static_cast<size_t>(rows));
+    // Few distinct ids in some cases, so that one table row gathers many gradient rows.
+    const int64_t top = iter == 3 ? std::min<int64_t>(vocab - 1, 2) : vocab - 1;
+    for (float& id : ids) id = static_cast<float>(pick(rig.rng, 0, top));
+    Both id = rig.make({rows}, ids), table = rig.random({vocab, width}), y = rig.garbage({rows, width});
+    cpu.embedding_forward(id.a(), table.a(), y.a(), rows, vocab, width);
+    cl.embedding_forward(id.b(), table.b(), y.b(), rows, vocab, width);
+    expect_close(y, kExact, "embedding_forward" + sz);
+    // Backward accumulates, summing each table row's gradients in row order as the CPU does.
+    Both dy = rig.random({rows, width}), dtable = rig.random({vocab, width});
+    cpu.embedding_backward(id.a(), dy.a(), dtable.a(), rows, vocab, width);
+    cl.embedding_backward(id.b(), dy.b(), dtable.b(), rows, vocab, width);
+    expect_close(dtable, kExact, "embedding_backward" + sz);
+  }
+  // Deterministic: the same gradient twice gives the same bits.
+  const int64_t rows = 4096, vocab = 5, width = 33;
+  Vec ids(rows);
+  for (float& v : ids) v = static_cast<float>(pick(rig.rng, 0, vocab - 1));
+  Tensor id(cl, {rows}), dy(cl, {rows, width}), d1(cl, {vocab, width}), d2(cl, {vocab, width});
+  id.from_host(ids);
+  dy.from_host(random_vec(rig.rng, rows * width));
+  cl.fill(d1, 0.f);
+  cl.fill(d2, 0.f);
+  cl.embedding_backward(id, dy, d1, rows, vocab, width);
+  cl.embedding_backward(id, dy, d2, rows, vocab, width);
+  CHECK(d1.to_host() == d2.to_host());
+  // An id that is not a token index is refused before anything is written.
+  Tensor bad(cl, {2}), table(cl, {3, 4}), y(cl, {2, 4});
+  cl.fill(y, 7.f);
+  for (float wrong : {3.f, -1.f, 0.5f, std::numeric_limits<float>::quiet_NaN()}) {
+    bad.from_host(Vec{1.f, wrong});
+    CHECK_THROWS_WITH(cl.embedding_forward(bad, table, y, 2, 3, 4), Catch::Contains("in row 1 is not"));
+    CHECK_THROWS_WITH(cl.embedding_backward(bad, y, table, 2, 3, 4), Catch::Contains("in row 1 is not"));
+  }
+  CHECK(y.to_host() == Vec(8, 7.f));
+}
+
+TEST_CASE("opencl causal softmax, forward and backward", "[opencl]") {
+  CLEAVE_NEED_OPENCL();
+  Rig rig{cpu, cl, std::mt19937(77)};
+  for (int iter = 0; iter < 7; ++iter) {
+    const int64_t n = iter == 0 ? 1 : pick(rig.rng, 1, 12), t = iter == 1 ? 1 : pick(rig.rng, 2, 70);
+    const float scale = iter == 2 ? 1.f : std::uniform_real_distribution<float>(0.05f, 0.7f)(rig.rng);
+    const std::string sz = " n" + std::to_string(n) + " t" + std::to_string(t) + " scale " + std::to_string(scale);
+    // Large scores in one case: the max subtraction keeps exp finite. Above the
+    // diagonal the scores hold NaN, which must not be read.
+    Vec sc = random_vec(rig.rng, n * t * t, iter == 3 ? 60.f : -6.f, iter == 3 ? 200.f : 6.f);
+    for (int64_t m = 0; m < n; ++m)
+      for (int64_t i = 0; i < t; ++i)
+        for (int64_t j = i + 1; j < t; ++j) sc[static_cast<size_t>((m * t + i) * t + j)] = std::nanf("");
+    Both scores = rig.make({n, t, t}, sc), probs = rig.garbage({n, t, t});
+    cpu.causal_softmax_forward(scores.a(), probs.a(), n, t, scale);
+    cl.causal_softmax_forward(scores.b(), probs.b(), n, t, scale);
+    expect_close(probs, kTranscendental, "causal_softmax_forward" + sz);
+    Both dprobs = rig.random({n, t, t}), dscores = rig.garbage({n, t, t});
+    cpu.causal_softmax_backward(probs.a(), dprobs.a(), dscores.a(), n, t, scale);
+    cl.causal_softmax_backward(probs.b(), dprobs.b(), dscores.b(), n, t, scale);
+    expect_close(dscores, Tol{2e-5, 1e-6 * std::max(1.f, max_abs(dscores.a()))}, "causal_softmax_backward" + sz);
+  }
+}
+
+TEST_CASE("opencl transformer ops pass a finite-difference gradient check", "[opencl]") {
+  CLEAVE_NEED_OPENCL();
+  // On the OpenCL device alone: the loss L = sum w * f(x) for random weights w,
+  // its analytic gradient from the backward op, and central differences of L
+  // computed in double from the forward op's outputs.
+  std::mt19937 rng(79);
+  const auto loss = [](const Vec& out, const Vec& w) {
+    double s = 0;
+    for (size_t i = 0; i < out.size(); ++i) s += static_cast<double>(out[i]) * w[i];
+    return s;
+  };
+  SECTION("causal softmax") {
+    const int64_t n = 2, t = 5;
+    const float scale = 0.5f, h = 1e-2f;
+    Vec x = random_vec(rng, n * t * t, -2.f, 2.f), w = random_vec(rng, n * t * t);
+    Tensor xs(cl, {n, t, t}), p(cl, {n, t, t}), wt(cl, {n, t, t}), dx(cl, {n, t, t});
+    const auto forward = [&](const Vec& in) {
+      xs.from_host(in);
+      cl.causal_softmax_forward(xs, p, n, t, scale);
+      return loss(p.to_host(), w);
+    };
+    forward(x);
+    wt.from_host(w);
+    cl.causal_softmax_backward(p, wt, dx, n, t, scale);
+    const Vec analytic = dx.to_host();
+    for (size_t i = 0; i < x.size(); ++i) {
+      Vec hi = x, lo = x;
+      hi[i] += h;
+      lo[i] -= h;
+      const double numeric = (forward(hi) - forward(lo)) / (2.0 * h);
+      INFO("element " << i);
+      CHECK(std::fabs(numeric - analytic[i]) <= 2e-3 + 2e-2 * std::fabs(numeric));
+    }
+  }
+  SECTION("gelu_tanh") {
+    const int64_t n = 64;
+    const float h = 1e-2f;
+    Vec x = random_vec(rng, n, -4.f, 4.f), w = random_vec(rng, n);
+    Tensor xs(cl, {n}), y(cl, {n}), wt(cl, {n}), dx(cl, {n});
+    xs.from_host(x);
+    wt.from_host(w);
+    cl.activation_forward(Activation::gelu_tanh, xs, y);
+    cl.activation_backward(Activation::gelu_tanh, xs, y, wt, dx);
+    const Vec analytic = dx.to_host();
+    for (size_t i = 0; i < x.size(); ++i) {
+      Vec hi = x, lo = x;
+      hi[i] += h;
+      lo[i] -= h;
+      xs.from_host(hi);
+      cl.activation_forward(Activation::gelu_tanh, xs, y);
+      const double up = y.to_host()[i];
+      xs.from_host(lo);
+      cl.activation_forward(Activation::gelu_tanh, xs, y);
+      const double numeric = w[i] * (up - y.to_host()[i]) / (2.0 * h);
+      INFO("x " << x[i]);
+      CHECK(std::fabs(numeric - analytic[i]) <= 2e-3 + 2e-2 * std::fabs(numeric));
+    }
   }
 }
 
@@ -680,6 +819,14 @@ TEST_CASE("opencl and cpu refuse bad arguments with the same message", "[opencl]
     d.avgpool_backward(a, small, g);
   });
   same("loss", [](Device& d, Tensor& a, Tensor& small) { d.mse(a, a, small, Tensor(), 4, 2, 1.f); });
+  same("embedding sizes", [](Device& d, Tensor& a, Tensor& small) { d.embedding_forward(small, a, a, 4, 2, 2); });
+  same("embedding id", [](Device& d, Tensor& a, Tensor&) {
+    d.fill(a, 9.f);  // ids 9 in a vocabulary of 4
+    d.embedding_forward(a, a, a, 2, 4, 2);
+  });
+  same("causal softmax", [](Device& d, Tensor& a, Tensor& small) {
+    d.causal_softmax_backward(a, a, small, 2, 2, 1.f);
+  });
   same("adam", [](Device& d, Tensor& a, Tensor&) {
     AdamStep s;
     s.step = 0;
