@@ -35,7 +35,7 @@ struct MemoryInfo {
 };
 
 // gelu: the exact erf form (PyTorch nn.GELU()); gelu_tanh: the tanh approximation
-// (nn.GELU(approximate='tanh'), GPT-2 and llm.c), CPU only so far.
+// (nn.GELU(approximate='tanh'), GPT-2 and llm.c), on every backend.
 enum class Activation { relu, gelu, tanh, gelu_tanh };
 
 // Geometry of a 2-D convolution or pooling window over NCHW input.
@@ -179,8 +179,9 @@ class Device {
   virtual float sum_squares(const Tensor& t) = 0;
 
   // --- transformer ops -------------------------------------------------------------------
-  // The CPU implements these; elsewhere the defaults (device.cpp) throw
-  // std::runtime_error "... is not implemented on this backend yet".
+  // Every backend implements these (CPU, OpenCL, CUDA); a backend that does
+  // not inherits the defaults (device.cpp), which throw std::runtime_error
+  // "... is not implemented on this backend yet".
   // y (rows, width) row r = table (vocab, width) row ids[r]; ids (rows) hold token
   // indices as floats (an index outside [0, vocab) or not an integer throws).
   virtual void embedding_forward(const Tensor& ids, const Tensor& table, const Tensor& y, int64_t rows,
