@@ -637,6 +637,7 @@ void CpuDevice::softmax_xent(const Tensor& logits, const Tensor& labels, const T
     for (int64_t r = s; r < e; ++r) {
       const float* z = pl + r * classes;
       const int64_t label = static_cast<int64_t>(plab[r]);
+      const float zl = z[label];  // read first: dlogits may be the logits themselves
       float mx = z[0];
       for (int64_t j = 1; j < classes; ++j) mx = std::max(mx, z[j]);
       // exp(z - max) once, into the gradient row (or a row of the thread's stack
@@ -653,7 +654,6 @@ void CpuDevice::softmax_xent(const Tensor& logits, const Tensor& labels, const T
         sum += part;
       }
       const double lse = static_cast<double>(mx) + std::log(sum);
-      const float zl = z[label];
       ploss[r] = static_cast<float>(lse - static_cast<double>(zl));
       if (ez != nullptr) {
         const float scale = static_cast<float>(1.0 / sum) * grad_scale;
