@@ -1,7 +1,8 @@
 // cpu_device.cpp: CpuDevice ops except convolution (cpu_conv.cpp). GEMM goes to
-// OpenBLAS; every other op is a plain contiguous loop, split into one contiguous
-// chunk per OpenMP thread when the work is large enough to pay for the team
-// (run_chunks, cpu_loops.h).
+// OpenBLAS; every other op is a plain contiguous loop (GELU-tanh and the
+// softmaxes through fast_math.h's branch-free exp, so that they vectorise),
+// split into one contiguous chunk per OpenMP thread when the work is large
+// enough to pay for the team (run_chunks, cpu_loops.h).
 #include "device/cpu/cpu_device.h"
 
 #include <cblas.h>
@@ -18,6 +19,7 @@
 
 #include "device/backends.h"
 #include "device/cpu/cpu_loops.h"
+#include "device/cpu/fast_math.h"
 #include "device/op_checks.h"
 
 namespace cleave {
@@ -55,17 +57,6 @@ inline float gelu_grad(float x) {
   const float cdf = 0.5f * (1.0f + std::erf(x * 0.70710678118654752f));
   const float pdf = 0.39894228040143268f * std::exp(-0.5f * x * x);
   return cdf + x * pdf;
-}
-// GPT-2's tanh approximation 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) and its derivative (llm.c).
-constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2 / pi)
-inline float gelu_tanh(float x) {
-  return 0.5f * x * (1.0f + std::tanh(kGeluScale * (x + 0.044715f * x * x * x)));
-}
-inline float gelu_tanh_grad(float x) {
-  const float u = kGeluScale * (x + 0.044715f * x * x * x);
-  const float th = std::tanh(u);
-  const float sech2 = 1.0f - th * th;
-  return 0.5f * (1.0f + th) + 0.5f * x * sech2 * kGeluScale * (1.0f + 3.0f * 0.044715f * x * x);
 }
 
 }  // namespace
@@ -646,18 +637,28 @@ void CpuDevice::softmax_xent(const Tensor& logits, const Tensor& labels, const T
     for (int64_t r = s; r < e; ++r) {
       const float* z = pl + r * classes;
       const int64_t label = static_cast<int64_t>(plab[r]);
+      const float zl = z[label];  // read first: dlogits may be the logits themselves
       float mx = z[0];
       for (int64_t j = 1; j < classes; ++j) mx = std::max(mx, z[j]);
+      // exp(z - max) once, into the gradient row (or a row of the thread's stack
+      // scratch when there is none); summed in double blocks for the loss.
+      float* ez = pd != nullptr ? pd + r * classes : nullptr;
       double sum = 0;
-      for (int64_t j = 0; j < classes; ++j) sum += std::exp(static_cast<double>(z[j] - mx));
+      float block[256];
+      for (int64_t j0 = 0; j0 < classes; j0 += 256) {
+        const int64_t len = std::min<int64_t>(256, classes - j0);
+        float* out = ez != nullptr ? ez + j0 : block;
+        float part = 0.f;
+#pragma omp simd reduction(+ : part)
+        for (int64_t j = 0; j < len; ++j) part += (out[j] = exp_neg(z[j0 + j] - mx));
+        sum += part;
+      }
       const double lse = static_cast<double>(mx) + std::log(sum);
-      const float zl = z[label];
       ploss[r] = static_cast<float>(lse - static_cast<double>(zl));
-      if (pd != nullptr) {
-        float* d = pd + r * classes;
-        const float inv = static_cast<float>(1.0 / sum);
-        for (int64_t j = 0; j < classes; ++j) d[j] = std::exp(z[j] - mx) * inv * grad_scale;
-        d[label] -= grad_scale;
+      if (ez != nullptr) {
+        const float scale = static_cast<float>(1.0 / sum) * grad_scale;
+        for (int64_t j = 0; j < classes; ++j) ez[j] *= scale;
+        ez[label] -= grad_scale;
       }
     }
   });
@@ -705,7 +706,8 @@ void CpuDevice::causal_softmax_forward(const Tensor& scores, const Tensor& probs
       float mx = scale * z[0];
       for (int64_t j = 1; j <= i; ++j) mx = std::max(mx, scale * z[j]);
       float sum = 0.f;
-      for (int64_t j = 0; j <= i; ++j) sum += (p[j] = std::exp(scale * z[j] - mx));
+#pragma omp simd reduction(+ : sum)
+      for (int64_t j = 0; j <= i; ++j) sum += (p[j] = exp_neg(scale * z[j] - mx));
       const float inv = 1.f / sum;
       for (int64_t j = 0; j <= i; ++j) p[j] *= inv;
       for (int64_t j = i + 1; j < t; ++j) p[j] = 0.f;

@@ -706,7 +706,7 @@ TEST_CASE("layer norm forward, backward against finite differences", "[device][l
 
 TEST_CASE("softmax cross-entropy", "[device][loss]") {
   for (auto& dev : devices()) {
-    for (auto [rows, classes] : {std::pair<int64_t, int64_t>{1, 1}, {5, 3}, {4096, 10}}) {
+    for (auto [rows, classes] : {std::pair<int64_t, int64_t>{1, 1}, {5, 3}, {4096, 10}, {7, 700}}) {
       Vec z = random_vec(static_cast<size_t>(rows * classes), 101, -5.f, 5.f);
       Vec labels(static_cast<size_t>(rows));
       for (int64_t r = 0; r < rows; ++r) labels[r] = static_cast<float>((r * 7) % classes);
@@ -728,6 +728,10 @@ TEST_CASE("softmax cross-entropy", "[device][loss]") {
       Tensor tloss2(*dev, {rows});
       dev->softmax_xent(tz, tl, tloss2, Tensor(), rows, classes, scale);  // no gradient wanted
       CHECK(tloss2.to_host() == tloss.to_host());
+      Tensor tin = make(*dev, z), tloss3(*dev, {rows});
+      dev->softmax_xent(tin, tl, tloss3, tin, rows, classes, scale);  // the gradient over its own logits
+      CHECK(tloss3.to_host() == tloss.to_host());
+      CHECK(tin.to_host() == td.to_host());
     }
   }
   // Numerically stable for huge logits.
