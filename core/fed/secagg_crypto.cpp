@@ -211,9 +211,13 @@ double dequantize(uint64_t value, int frac_bits) {
   return std::ldexp(static_cast<double>(static_cast<int64_t>(value)), -frac_bits);
 }
 
+namespace {
+constexpr std::string_view kZ85Alphabet =
+    "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.-:+=^!/*?&<>()[]{}@%$#";
+}  // namespace
+
 Key32 z85_decode_key(std::string_view z85, const std::string& what) {
-  static constexpr std::string_view kAlphabet =
-      "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.-:+=^!/*?&<>()[]{}@%$#";
+  const std::string_view kAlphabet = kZ85Alphabet;
   if (z85.size() != 40)
     throw std::invalid_argument(what + ": a Z85 CURVE key has 40 characters, not " + std::to_string(z85.size()));
   Key32 out{};
@@ -226,6 +230,16 @@ Key32 z85_decode_key(std::string_view z85, const std::string& what) {
     }
     if (value > 0xffffffffu) throw std::invalid_argument(what + ": a Z85 group above 2^32 - 1");
     for (size_t i = 0; i < 4; ++i) out[group * 4 + i] = static_cast<uint8_t>(value >> (24 - 8 * i));  // big-endian
+  }
+  return out;
+}
+
+std::string z85_encode_key(const Key32& key) {
+  std::string out(40, ' ');
+  for (size_t group = 0; group < 8; ++group) {
+    uint32_t value = 0;
+    for (size_t i = 0; i < 4; ++i) value = (value << 8) | key[group * 4 + i];
+    for (size_t i = 5; i-- > 0; value /= 85) out[group * 5 + i] = kZ85Alphabet[value % 85];
   }
   return out;
 }

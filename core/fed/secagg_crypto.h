@@ -142,6 +142,8 @@ double dequantize(uint64_t value, int frac_bits);
 // std::invalid_argument naming `what` for the wrong length, a character outside
 // the Z85 alphabet, or a group above 2^32 - 1.
 Key32 z85_decode_key(std::string_view z85, const std::string& what = "key");
+// The 40-character Z85 text of a 32-byte key (as zmq_z85_encode writes it).
+std::string z85_encode_key(const Key32& key);
 
 // Little-endian appends, for the byte strings that MACs and KDFs cover.
 void append_u32(std::vector<uint8_t>& out, uint32_t v);

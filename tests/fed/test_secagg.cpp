@@ -227,6 +227,9 @@ TEST_CASE("secagg: Z85 CURVE keys decode as ZeroMQ's and X25519 matches CURVE", 
   CHECK(pub[0] == 0x54);
   CHECK(pub[1] == 0xfc);
   CHECK(pub[31] == 0x52);
+  CHECK(z85_encode_key(pub) == "rq:rM>}U?@Lns47E1%kR.o@n%FcmmsL/@{H8]yf7");
+  const KeyPair fresh = make_key_pair();
+  CHECK(z85_decode_key(z85_encode_key(fresh.public_key)) == fresh.public_key);
   CHECK_THROWS_WITH(z85_decode_key("short", "client a"), Contains("client a: a Z85 CURVE key has 40"));
   CHECK_THROWS_WITH(z85_decode_key("rq:rM>}U?@Lns47E1%kR.o@n%FcmmsL/@{H8]yf~"), Contains("not a Z85 character"));
   CHECK_THROWS_WITH(z85_decode_key("#####rq:rM>}U?@Lns47E1%kR.o@n%FcmmsL/@{H"), Contains("above 2^32"));
