@@ -56,7 +56,7 @@ struct Cluster {
   explicit Cluster(int n, int t, uint64_t seed, bool weight_by_samples = true) {
     setup.threshold = t;
     setup.range = 1.0f;
-    setup.frac_bits = 24;
+    setup.frac_bits = 16;  // the updates have 24-bit fractions: rounding really happens
     setup.weight_by_samples = weight_by_samples;
     Rng rng(seed);
     for (int i = 1; i <= n; ++i) {
