@@ -33,6 +33,8 @@ namespace cleave::transport {
 inline constexpr uint16_t kProtocolVersion = 2;
 // Largest tensor rank accepted on the wire.
 inline constexpr size_t kMaxRank = 8;
+inline constexpr size_t kMaxSecAggClients = 255;  // Shamir over GF(2^8): x in [1, 255]
+inline constexpr size_t kMaxSecAggField = 64u << 10;  // bytes in one SecAggItem field
 
 // ---------------------------------------------------------------------------
 // Payload frames.
@@ -139,6 +141,8 @@ struct SplitJob {
   int32_t client_index = 0;       // client
   int64_t limit_test = -1;        // client: -1 = all test samples
   int32_t cut_back = -1;          // client, U-shaped: first tail layer; -1 = no tail
+  float activation_noise = 0;     // client: local DP noise multiplier on the cut layer (0: off)
+  float activation_clip = 0;      // client: per-sample L2 clip of the cut-layer activation (> 0 with noise)
   bool operator==(const SplitJob&) const = default;
 };
 using JobSpec = std::variant<PipelineJob, FedJob, SplitJob>;
@@ -225,11 +229,24 @@ struct CheckpointCmd {  // send the job's state back as weights messages
   StateKind what = StateKind::kParams;
   bool operator==(const CheckpointCmd&) const = default;
 };
+// Secure aggregation's settings for one round (issue 18, docs/privacy.md):
+// sent with the round's FedRound command to every sampled client.
+struct SecAggSetup {
+  int32_t threshold = 0;         // t: shares that reconstruct a secret (2 <= t <= clients)
+  std::vector<PeerInfo> clients; // the round's clients in roster order (index = position + 1): name, static CURVE key
+  float range = 0;               // each coordinate of an update is clamped to [-range, range] (> 0)
+  int32_t frac_bits = 0;         // fixed point: round(value x 2^frac_bits) in the ring Z/2^64 (1..40)
+  float clip = 0;                // > 0: the client first clips its update's L2 norm to this
+  float noise_stddev = 0;        // > 0: the client adds N(0, noise_stddev^2) per coordinate (its share of the DP noise)
+  bool weight_by_samples = true; // true: the client masks sample_count x update (FedAvg); false: weight 1 (DP)
+  bool operator==(const SecAggSetup&) const = default;
+};
 struct FedRoundCmd {  // train locally from the global weights that came just before
   int64_t round = 0;
   int32_t local_epochs = 1;
   int64_t batch = 64;
   float mu = 0;  // FedProx
+  std::optional<SecAggSetup> secagg;  // set: answer with the secure-aggregation phases, not `weights`
   bool operator==(const FedRoundCmd&) const = default;
 };
 enum class SplitPhase : uint8_t { kTrain = 0, kEval = 1, kAverage = 2 };
@@ -286,8 +303,43 @@ struct ProbeMsg {  // either direction (1 payload frame of payload_bytes)
   bool operator==(const ProbeMsg&) const = default;
 };
 
+// Secure aggregation (issue 18; the protocol is in docs/privacy.md). One
+// message kind for its seven phases; what `items` hold depends on the phase
+// (index: a client's 1-based position in the round's roster, its Shamir x):
+//   kKeys     client -> coordinator: one item {index = own, a = cipher public
+//             key (32 bytes), b = mask public key (32), mac = one 32-byte MAC
+//             per roster member, in roster order (zeros in its own slot)}.
+//   kRoster   coordinator -> client: one item per client that sent keys
+//             {index, a, b, mac = the 32-byte MAC that client made for the receiver}.
+//   kShares   client -> coordinator: one item per other client in the roster
+//             {index = recipient, a = sealed box holding both of the sender's shares for it}.
+//   kDelivery coordinator -> client: one item per sender {index = sender, a = its sealed box}.
+//   kMasked   client -> coordinator: no items; sample_count; 1 payload frame of
+//             num_elements uint64 (little-endian), the masked fixed-point update.
+//   kUnmask   coordinator -> client: survivors (masked input arrived) and dropped
+//             (shared keys, no masked input).
+//   kReveal   client -> coordinator: one item per client in survivors or dropped
+//             {index = the secret's owner, a = the share's bytes, b = {0}: its
+//             self-mask seed, {1}: its mask secret key}.
+enum class SecAggPhase : uint8_t { kKeys = 0, kRoster = 1, kShares = 2, kDelivery = 3, kMasked = 4, kUnmask = 5, kReveal = 6 };
+const char* secagg_phase_name(SecAggPhase phase);  // "keys", "roster", ...
+struct SecAggItem {
+  int32_t index = 0;
+  std::vector<uint8_t> a, b, mac;
+  bool operator==(const SecAggItem&) const = default;
+};
+struct SecAggMsg {  // (kMasked: 1 payload frame; every other phase 0)
+  int64_t round = 0;
+  SecAggPhase phase = SecAggPhase::kKeys;
+  std::vector<SecAggItem> items;
+  std::vector<int32_t> survivors, dropped;
+  int64_t sample_count = 0;  // kMasked: samples behind the update
+  int64_t num_elements = 0;  // kMasked: uint64 values in the payload frame
+  bool operator==(const SecAggMsg&) const = default;
+};
+
 using Body = std::variant<RegisterMsg, AssignMsg, TensorMsg, WeightsMsg, HeartbeatMsg, CommandMsg,
-                          AckMsg, ErrorMsg, MetricsMsg, ProbeMsg>;
+                          AckMsg, ErrorMsg, MetricsMsg, ProbeMsg, SecAggMsg>;
 
 // "register", "assign", "tensor", ...
 const char* body_kind_name(const Body& body);
@@ -366,6 +418,10 @@ Message make_weights_message(WeightsMsg header, const float* values, size_t coun
                              std::shared_ptr<const void> owner);
 // Copies the weights payload into float32.
 std::vector<float> weights_values(const Message& message);
+// A kMasked secure-aggregation message owning `values` (its payload frame).
+Message make_secagg_masked_message(int64_t round, int64_t sample_count, std::vector<uint64_t> values);
+// Copies a validated kMasked message's payload into uint64 (safe for unaligned frames).
+std::vector<uint64_t> secagg_masked_values(const Message& message);
 // Probe with `bytes` of deterministic filler payload.
 Message make_probe_message(uint64_t sequence, uint64_t bytes, bool echo);
 
