@@ -104,6 +104,24 @@ struct CommandValidator {
     if (c.local_epochs < 1) return "fed_round: local_epochs must be >= 1";
     if (c.batch < 1) return "fed_round: batch must be >= 1";
     if (!std::isfinite(c.mu) || c.mu < 0) return "fed_round: mu must be finite and >= 0";
+    return c.secagg ? secagg_setup(*c.secagg) : std::string();
+  }
+  std::string secagg_setup(const SecAggSetup& s) const {
+    const auto n = static_cast<int64_t>(s.clients.size());
+    if (n > static_cast<int64_t>(kMaxSecAggClients))
+      return "fed_round.secagg: more than " + std::to_string(kMaxSecAggClients) + " clients";
+    if (s.threshold < 2 || s.threshold > n)
+      return "fed_round.secagg: threshold " + std::to_string(s.threshold) + " outside [2, " + std::to_string(n) + "]";
+    for (const auto& c : s.clients) {
+      if (auto e = check_key("fed_round.secagg.clients.public_key", c.public_key); !e.empty()) return e;
+      if (c.public_key.empty()) return "fed_round.secagg: a client without a public key";
+      if (auto e = check_string("fed_round.secagg client name", c.name, limits); !e.empty()) return e;
+    }
+    if (!std::isfinite(s.range) || s.range <= 0) return "fed_round.secagg: range must be finite and > 0";
+    if (s.frac_bits < 1 || s.frac_bits > 40) return "fed_round.secagg: frac_bits outside [1, 40]";
+    if (!std::isfinite(s.clip) || s.clip < 0) return "fed_round.secagg: clip must be finite and >= 0";
+    if (!std::isfinite(s.noise_stddev) || s.noise_stddev < 0)
+      return "fed_round.secagg: noise_stddev must be finite and >= 0";
     return {};
   }
   std::string operator()(const SplitRoundCmd& c) const {
@@ -134,6 +152,10 @@ struct JobValidator {
     if (j.client_index < 0) return "assign: negative client_index";
     if (j.limit_test < -1) return "assign: limit_test must be >= -1";
     if (j.cut_back < -1) return "assign: cut_back must be >= -1";
+    if (!std::isfinite(j.activation_noise) || j.activation_noise < 0 || !std::isfinite(j.activation_clip) ||
+        j.activation_clip < 0)
+      return "assign: activation_noise and activation_clip must be finite and >= 0";
+    if (j.activation_noise > 0 && j.activation_clip <= 0) return "assign: activation_noise needs activation_clip > 0";
     if (j.clients.size() > 4096) return "assign: more than 4096 split clients";
     for (const auto& c : j.clients) {
       if (auto e = check_key("assign.clients.public_key", c.public_key); !e.empty()) return e;
@@ -199,7 +221,16 @@ struct CommandBuilder {
     return {fb::CommandBody::Checkpoint, fb::CreateCheckpoint(b, static_cast<fb::StateKind>(c.what)).Union()};
   }
   Built operator()(const FedRoundCmd& c) const {
-    return {fb::CommandBody::FedRound, fb::CreateFedRound(b, c.round, c.local_epochs, c.batch, c.mu).Union()};
+    flatbuffers::Offset<fb::SecAggSetup> setup;
+    if (c.secagg) {
+      const auto& s = *c.secagg;
+      std::vector<flatbuffers::Offset<fb::Peer>> clients;
+      for (const auto& p : s.clients)
+        clients.push_back(fb::CreatePeerDirect(b, p.endpoint.c_str(), p.public_key.c_str(), p.name.c_str()));
+      setup = fb::CreateSecAggSetupDirect(b, s.threshold, &clients, s.range, s.frac_bits, s.clip, s.noise_stddev,
+                                          s.weight_by_samples);
+    }
+    return {fb::CommandBody::FedRound, fb::CreateFedRound(b, c.round, c.local_epochs, c.batch, c.mu, setup).Union()};
   }
   Built operator()(const SplitRoundCmd& c) const {
     auto off = fb::CreateSplitRoundDirect(b, static_cast<fb::SplitPhase>(c.phase), c.round, &c.order);
@@ -226,7 +257,8 @@ std::pair<fb::JobSpec, flatbuffers::Offset<void>> build_job(Builder& b, const Jo
   for (const auto& c : s.clients)
     clients.push_back(fb::CreatePeerDirect(b, c.endpoint.c_str(), c.public_key.c_str(), c.name.c_str()));
   auto off = fb::CreateSplitJobDirect(b, static_cast<fb::SplitRole>(s.role), s.labels_on_client, s.seed, s.batch,
-                                      s.eval_batch, s.epochs, &clients, s.client_index, s.limit_test, s.cut_back);
+                                      s.eval_batch, s.epochs, &clients, s.client_index, s.limit_test, s.cut_back,
+                                      s.activation_noise, s.activation_clip);
   return {fb::JobSpec::SplitJob, off.Union()};
 }
 
@@ -275,6 +307,8 @@ std::string read_split_job(const fb::SplitJob& s, JobSpec& out) {
   j.client_index = s.client_index();
   j.limit_test = s.limit_test();
   j.cut_back = s.cut_back();
+  j.activation_noise = s.activation_noise();
+  j.activation_clip = s.activation_clip();
   out = std::move(j);
   return {};
 }
@@ -340,7 +374,23 @@ std::string read_command(const fb::Command& in, CommandMsg& out) {
     }
     case fb::CommandBody::FedRound: {
       const auto* c = in.body_as_FedRound();
-      out.command = FedRoundCmd{c->round(), c->local_epochs(), c->batch(), c->mu()};
+      FedRoundCmd f{c->round(), c->local_epochs(), c->batch(), c->mu(), std::nullopt};
+      if (const auto* s = c->secagg()) {
+        SecAggSetup setup;
+        setup.threshold = s->threshold();
+        if (s->clients()) {
+          if (s->clients()->size() > kMaxSecAggClients) return "fed_round.secagg: too many clients";
+          for (const auto* p : *s->clients())
+            setup.clients.push_back({str(p->endpoint()), str(p->public_key()), str(p->name())});
+        }
+        setup.range = s->range();
+        setup.frac_bits = s->frac_bits();
+        setup.clip = s->clip();
+        setup.noise_stddev = s->noise_stddev();
+        setup.weight_by_samples = s->weight_by_samples();
+        f.secagg = std::move(setup);
+      }
+      out.command = std::move(f);
       return {};
     }
     case fb::CommandBody::SplitRound: {

@@ -68,8 +68,9 @@ const char* tensor_kind_name(TensorKind kind) {
 
 const char* body_kind_name(const Body& body) {
   static const char* const kNames[] = {"register", "assign",  "tensor", "weights", "heartbeat",
-                                        "command",  "ack",     "error",  "metrics", "probe"};
-  static_assert(std::variant_size_v<Body> == 10);
+                                        "command",  "ack",     "error",  "metrics", "probe",
+                                        "secagg"};
+  static_assert(std::variant_size_v<Body> == 11);
   return kNames[body.index()];
 }
 
@@ -77,7 +78,14 @@ size_t expected_payload_frames(const Body& body) {
   if (std::holds_alternative<TensorMsg>(body) || std::holds_alternative<WeightsMsg>(body) ||
       std::holds_alternative<ProbeMsg>(body))
     return 1;
+  if (const auto* s = std::get_if<SecAggMsg>(&body); s && s->phase == SecAggPhase::kMasked) return 1;
   return 0;
+}
+
+const char* secagg_phase_name(SecAggPhase phase) {
+  static const char* const kNames[] = {"keys", "roster", "shares", "delivery", "masked", "unmask", "reveal"};
+  const auto i = static_cast<size_t>(phase);
+  return i < std::size(kNames) ? kNames[i] : "?";
 }
 
 bool is_z85_key(std::string_view text) {
@@ -214,6 +222,30 @@ struct Validator {
       return "probe: " + e;
     return {};
   }
+  std::string operator()(const SecAggMsg& s) const {
+    if (static_cast<uint8_t>(s.phase) > 6) return "secagg: unknown phase";
+    if (s.round < 0) return "secagg: negative round";
+    if (s.items.size() > kMaxSecAggClients || s.survivors.size() > kMaxSecAggClients ||
+        s.dropped.size() > kMaxSecAggClients)
+      return "secagg: more than " + std::to_string(kMaxSecAggClients) + " clients";
+    for (const auto& it : s.items) {
+      if (it.index < 1 || it.index > static_cast<int32_t>(kMaxSecAggClients))
+        return "secagg: client index " + std::to_string(it.index) + " outside [1, " +
+               std::to_string(kMaxSecAggClients) + "]";
+      if (it.a.size() > kMaxSecAggField || it.b.size() > kMaxSecAggField || it.mac.size() > kMaxSecAggField)
+        return "secagg: an item field exceeds " + std::to_string(kMaxSecAggField) + " bytes";
+    }
+    for (const auto* v : {&s.survivors, &s.dropped})
+      for (int32_t i : *v)
+        if (i < 1 || i > static_cast<int32_t>(kMaxSecAggClients)) return "secagg: client index out of range";
+    if (s.sample_count < 0 || s.num_elements < 0) return "secagg: negative sample_count or num_elements";
+    if (s.phase != SecAggPhase::kMasked) return {};
+    if (static_cast<uint64_t>(s.num_elements) > limits.max_payload_bytes / sizeof(uint64_t))
+      return "secagg: num_elements exceeds the payload limit";
+    if (auto e = payload_size(static_cast<size_t>(s.num_elements) * sizeof(uint64_t)); !e.empty())
+      return "secagg: " + e;
+    return {};
+  }
 };
 
 }  // namespace
@@ -301,6 +333,14 @@ struct BodyBuilder {
   std::pair<fb::Body, flatbuffers::Offset<void>> operator()(const ProbeMsg& p) const {
     return {fb::Body::Probe, fb::CreateProbe(b, p.sequence, p.payload_bytes, p.echo).Union()};
   }
+  std::pair<fb::Body, flatbuffers::Offset<void>> operator()(const SecAggMsg& s) const {
+    std::vector<flatbuffers::Offset<fb::SecAggItem>> items;
+    for (const auto& it : s.items)
+      items.push_back(fb::CreateSecAggItemDirect(b, it.index, &it.a, &it.b, &it.mac));
+    auto off = fb::CreateSecAggDirect(b, s.round, static_cast<fb::SecAggPhase>(s.phase), &items, &s.survivors,
+                                      &s.dropped, s.sample_count, s.num_elements);
+    return {fb::Body::SecAgg, off.Union()};
+  }
 };
 
 }  // namespace
@@ -335,6 +375,37 @@ std::optional<PeerInfo> peer(const fb::Peer* p) {
 
 Result<Message> reject(std::string why) {
   return Failure{FailureKind::kRejected, std::move(why), {}};
+}
+
+std::vector<uint8_t> ubytes(const flatbuffers::Vector<uint8_t>* v) {
+  std::vector<uint8_t> out;
+  if (v) out.assign(v->begin(), v->end());
+  return out;
+}
+
+std::vector<int32_t> int_list(const flatbuffers::Vector<int32_t>* v) {
+  std::vector<int32_t> out;
+  if (v) out.assign(v->begin(), v->end());
+  return out;
+}
+
+std::string read_secagg(const fb::SecAgg& in, Body& out) {
+  const auto phase = static_cast<uint8_t>(in.phase());
+  if (phase > 6) return "secagg: unknown phase " + std::to_string(phase);
+  SecAggMsg s;
+  s.round = in.round();
+  s.phase = static_cast<SecAggPhase>(phase);
+  if (in.items()) {
+    if (in.items()->size() > kMaxSecAggClients) return "secagg: more than " + std::to_string(kMaxSecAggClients) + " items";
+    for (const auto* it : *in.items())
+      s.items.push_back({it->index(), ubytes(it->a()), ubytes(it->b()), ubytes(it->mac())});
+  }
+  s.survivors = int_list(in.survivors());
+  s.dropped = int_list(in.dropped());
+  s.sample_count = in.sample_count();
+  s.num_elements = in.num_elements();
+  out = std::move(s);
+  return {};
 }
 
 // Converts a verified envelope; returns an error string for unknown enum values.
@@ -447,6 +518,7 @@ std::string convert(const fb::Envelope& env, Body& out) {
       out = ProbeMsg{p->sequence(), p->payload_bytes(), p->echo()};
       return {};
     }
+    case fb::Body::SecAgg: return read_secagg(*env.body_as_SecAgg(), out);
     case fb::Body::NONE:
       return "message has no body";
   }
@@ -578,6 +650,36 @@ std::vector<float> weights_values(const Message& message) {
   if (!std::holds_alternative<WeightsMsg>(message.body) || message.payloads.size() != 1)
     throw std::invalid_argument("weights_values: not a weights message with one payload frame");
   return decode_payload(message.payloads[0].bytes(), Encoding::kF32, 0.0f);
+}
+
+Message make_secagg_masked_message(int64_t round, int64_t sample_count, std::vector<uint64_t> values) {
+  SecAggMsg s;
+  s.round = round;
+  s.phase = SecAggPhase::kMasked;
+  s.sample_count = sample_count;
+  s.num_elements = static_cast<int64_t>(values.size());
+  std::vector<std::byte> bytes(values.size() * sizeof(uint64_t));
+  for (size_t i = 0; i < values.size(); ++i)
+    for (size_t k = 0; k < 8; ++k) bytes[i * 8 + k] = static_cast<std::byte>((values[i] >> (8 * k)) & 0xff);
+  Message m;
+  m.body = std::move(s);
+  m.payloads.push_back(Payload::own(std::move(bytes)));
+  return m;
+}
+
+std::vector<uint64_t> secagg_masked_values(const Message& message) {
+  const auto* s = std::get_if<SecAggMsg>(&message.body);
+  if (!s || s->phase != SecAggPhase::kMasked || message.payloads.size() != 1 ||
+      message.payloads[0].size() != static_cast<size_t>(s->num_elements) * sizeof(uint64_t))
+    throw std::invalid_argument("secagg_masked_values: not a masked secure-aggregation message of its stated size");
+  const auto bytes = message.payloads[0].bytes();
+  std::vector<uint64_t> out(static_cast<size_t>(s->num_elements));
+  for (size_t i = 0; i < out.size(); ++i) {
+    uint64_t v = 0;
+    for (size_t k = 0; k < 8; ++k) v |= static_cast<uint64_t>(std::to_integer<uint8_t>(bytes[i * 8 + k])) << (8 * k);
+    out[i] = v;
+  }
+  return out;
 }
 
 Message make_probe_message(uint64_t sequence, uint64_t bytes, bool echo) {

@@ -33,6 +33,8 @@ namespace cleave::transport {
 inline constexpr uint16_t kProtocolVersion = 2;
 // Largest tensor rank accepted on the wire.
 inline constexpr size_t kMaxRank = 8;
+inline constexpr size_t kMaxSecAggClients = 255;  // Shamir over GF(2^8): x in [1, 255]
+inline constexpr size_t kMaxSecAggField = 64u << 10;  // bytes in one SecAggItem field
 
 // ---------------------------------------------------------------------------
 // Payload frames.
@@ -139,6 +141,8 @@ struct SplitJob {
   int32_t client_index = 0;       // client
   int64_t limit_test = -1;        // client: -1 = all test samples
   int32_t cut_back = -1;          // client, U-shaped: first tail layer; -1 = no tail
+  float activation_noise = 0;     // client: local DP noise multiplier on the cut layer (0: off)
+  float activation_clip = 0;      // client: per-sample L2 clip of the cut-layer activation (> 0 with noise)
   bool operator==(const SplitJob&) const = default;
 };
 using JobSpec = std::variant<PipelineJob, FedJob, SplitJob>;

@@ -46,7 +46,7 @@ std::vector<Message> seed_messages() {
   add(HeartbeatMsg{7, 1700000000000});
   add(CommandMsg{CheckpointCmd{StateKind::kParamsAndOptimizer}});
   add(CommandMsg{StepCmd{12, 64}});
-  add(CommandMsg{FedRoundCmd{3, 2, 32, 0.01f}});
+  add(CommandMsg{FedRoundCmd{3, 2, 32, 0.01f, std::nullopt}});
   add(CommandMsg{SplitRoundCmd{SplitPhase::kEval, 1, {0, 1, 0}}});
   add(CommandMsg{ProfileCmd{"{\"layers\":[]}", 16, OptimizerSpec{}}});
   add(AckMsg{3, "ok"});

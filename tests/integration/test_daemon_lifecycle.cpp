@@ -153,7 +153,7 @@ TEST_CASE("a daemon answers commands that do not fit its state with errors and k
   coord.send(assign);  // a second assignment while one runs
   auto [e2, me2] = coord.next<ErrorMsg>(10s);
   CHECK_THAT(e2.message, Catch::Contains("already running a stage"));
-  coord.send(command_message(FedRoundCmd{0, 1, 8, 0}, 7));  // another job kind's command
+  coord.send(command_message(FedRoundCmd{0, 1, 8, 0, std::nullopt}, 7));  // another job kind's command
   auto [e3, me3] = coord.next<ErrorMsg>(10s);
   CHECK(e3.code == ErrorCode::kBadMessage);
   CHECK_THAT(e3.message, Catch::Contains("fed_round"));

@@ -73,7 +73,8 @@ TEST_CASE("every command round-trips with its fields", "[transport][commands]") 
       ShutdownCmd{},
       CheckpointCmd{StateKind::kParams},
       CheckpointCmd{StateKind::kParamsAndOptimizer},
-      FedRoundCmd{4, 3, 16, 0.05f},
+      FedRoundCmd{4, 3, 16, 0.05f, std::nullopt},
+      FedRoundCmd{5, 1, 8, 0, SecAggSetup{3, {{"", kKey, "a"}, {"", kKey, "b"}, {"", kKey, "c"}}, 8, 20, 1.5f, 0.25f, false}},
       SplitRoundCmd{SplitPhase::kTrain, 2, {0, 2, 1, 0}},
       SplitRoundCmd{SplitPhase::kEval, 0, {}},
       SplitRoundCmd{SplitPhase::kAverage, 9, {}},
@@ -104,6 +105,8 @@ TEST_CASE("every job spec round-trips inside an assignment", "[transport][comman
   client.client_index = 5;
   client.limit_test = 200;
   client.cut_back = 4;
+  client.activation_noise = 0.5f;
+  client.activation_clip = 2.0f;
   const std::vector<JobSpec> jobs = {PipelineJob{1, 8, 42, 128}, PipelineJob{}, FedJob{32, 7, "fedprox"}, server,
                                      client};
   for (const JobSpec& job : jobs) {
@@ -126,10 +129,15 @@ TEST_CASE("every job spec round-trips inside an assignment", "[transport][comman
 TEST_CASE("a bad command field is refused by the sender and the receiver", "[transport][commands]") {
   SECTION("the sender's own checks") {
     for (const Command& bad : std::vector<Command>{
-             StepCmd{-1, 8}, StepCmd{0, 0}, FedRoundCmd{0, 0, 8, 0}, FedRoundCmd{0, 1, 8, -1.0f},
-             FedRoundCmd{0, 1, 8, std::numeric_limits<float>::quiet_NaN()}, ProfileCmd{"{}", 0, std::nullopt},
+             StepCmd{-1, 8}, StepCmd{0, 0}, FedRoundCmd{0, 0, 8, 0, std::nullopt}, FedRoundCmd{0, 1, 8, -1.0f, std::nullopt},
+             FedRoundCmd{0, 1, 8, std::numeric_limits<float>::quiet_NaN(), std::nullopt}, ProfileCmd{"{}", 0, std::nullopt},
              ProfileCmd{"", 4, std::nullopt}, ProbePeerCmd{"x", "not-a-key", "tcp://a:1"}, ProbeStopCmd{""},
-             SplitRoundCmd{SplitPhase::kTrain, 0, {1, -2}}}) {
+             SplitRoundCmd{SplitPhase::kTrain, 0, {1, -2}},
+             // secure aggregation: threshold above the roster, below 2; no range; too many fractional bits
+             FedRoundCmd{0, 1, 8, 0, SecAggSetup{3, {{"", kKey, "a"}, {"", kKey, "b"}}, 8, 20, 0, 0, true}},
+             FedRoundCmd{0, 1, 8, 0, SecAggSetup{1, {{"", kKey, "a"}, {"", kKey, "b"}}, 8, 20, 0, 0, true}},
+             FedRoundCmd{0, 1, 8, 0, SecAggSetup{2, {{"", kKey, "a"}, {"", kKey, "b"}}, 0, 20, 0, 0, true}},
+             FedRoundCmd{0, 1, 8, 0, SecAggSetup{2, {{"", kKey, "a"}, {"", kKey, "b"}}, 8, 41, 0, 0, true}}}) {
       INFO(command_name(bad));
       CHECK_THROWS_AS(encode_header(command_message(bad)), std::invalid_argument);
     }

@@ -94,6 +94,48 @@ TEST_CASE("every message kind round-trips", "[transport][message]") {
   CHECK(std::get<ProbeMsg>(probe->body) == ProbeMsg{3, 1000, true});
 }
 
+TEST_CASE("secure-aggregation messages round-trip and bad ones are refused", "[transport][message][secagg]") {
+  SecAggMsg keys;
+  keys.round = 3;
+  keys.phase = SecAggPhase::kKeys;
+  keys.items = {{2, std::vector<uint8_t>(32, 7), std::vector<uint8_t>(32, 9), std::vector<uint8_t>(96, 1)}};
+  SecAggMsg unmask;
+  unmask.round = 3;
+  unmask.phase = SecAggPhase::kUnmask;
+  unmask.survivors = {1, 3};
+  unmask.dropped = {2};
+  for (const SecAggMsg& s : {keys, unmask}) {
+    INFO(secagg_phase_name(s.phase));
+    auto r = round_trip(with_body(s));
+    REQUIRE(r.ok());
+    CHECK(std::get<SecAggMsg>(r->body) == s);
+  }
+  const std::vector<uint64_t> values = {0, 1, ~0ull, 0x0123456789abcdefull};
+  auto masked = round_trip(make_secagg_masked_message(3, 600, values));
+  REQUIRE(masked.ok());
+  CHECK(std::get<SecAggMsg>(masked->body).sample_count == 600);
+  CHECK(secagg_masked_values(*masked) == values);
+
+  SECTION("a masked update whose frame is not num_elements x 8 bytes") {
+    Message m = make_secagg_masked_message(3, 600, values);
+    std::get<SecAggMsg>(m.body).num_elements = 5;
+    const auto header = encode_header(make_secagg_masked_message(3, 600, {1, 2, 3, 4, 5}));
+    auto r = decode_message(header, m.payloads);
+    REQUIRE(!r.ok());
+    CHECK(r.failure().message.find("secagg") != std::string::npos);
+  }
+  SECTION("a client index outside the roster's range is refused by the sender") {
+    SecAggMsg bad = keys;
+    bad.items[0].index = 0;
+    CHECK_THROWS_AS(encode_header(with_body(bad)), std::invalid_argument);
+    bad.items[0].index = 256;
+    CHECK_THROWS_AS(encode_header(with_body(bad)), std::invalid_argument);
+    SecAggMsg bad_set = unmask;
+    bad_set.dropped = {-1};
+    CHECK_THROWS_AS(encode_header(with_body(bad_set)), std::invalid_argument);
+  }
+}
+
 TEST_CASE("f32 tensor payloads are not copied by the sender", "[transport][message]") {
   auto values = std::make_shared<const std::vector<float>>(std::vector<float>(6, 1.0f));
   TensorMsg t;

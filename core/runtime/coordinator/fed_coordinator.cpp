@@ -470,7 +470,7 @@ std::map<std::string, Reply> FedDriver::send_round(int r, const std::vector<std:
   wh.num_elements = static_cast<int64_t>(param_count_);
   const uint64_t rid = session_->next_request_id();  // the round's weights and command, and every reply
   const double mu = strategy_ == FedStrategy::fedprox ? opts_.mu : 0.0;
-  const FedRoundCmd round_cmd{r, opts_.local_epochs, cfg_.batch, static_cast<float>(mu)};
+  const FedRoundCmd round_cmd{r, opts_.local_epochs, cfg_.batch, static_cast<float>(mu), std::nullopt};
   for (const auto& name : sampled) {
     Message wm = make_weights_message(wh, global_->data(), global_->size(), global_);
     wm.request_id = rid;
