@@ -19,6 +19,7 @@ void wipe(void* data, size_t size) {
 }
 
 void random_bytes(void* data, size_t size) {
+  if (size == 0) return;  // an empty vector's data() may be null, which randombytes_buf may not take
   init_crypto();
   randombytes_buf(data, size);
 }

@@ -99,6 +99,13 @@ bool has_duplicates(std::vector<int32_t> v) {
   return std::adjacent_find(v.begin(), v.end()) != v.end();
 }
 
+SecAggMsg empty_message(int64_t round, SecAggPhase phase) {
+  SecAggMsg m;
+  m.round = round;
+  m.phase = phase;
+  return m;
+}
+
 std::string join(const std::vector<std::string>& parts) {
   std::string out;
   for (const std::string& p : parts) out += (out.empty() ? "" : ", ") + p;
@@ -167,9 +174,7 @@ SecAggMsg ClientRound::keys() {
     std::copy(m.begin(), m.end(), item.mac.begin() + static_cast<std::ptrdiff_t>(v * kKeyBytes));
   }
   stage_ = Stage::kKeysSent;
-  SecAggMsg out;
-  out.round = round_;
-  out.phase = SecAggPhase::kKeys;
+  SecAggMsg out = empty_message(round_, SecAggPhase::kKeys);
   out.items.push_back(std::move(item));
   return out;
 }
@@ -217,9 +222,7 @@ SecAggMsg ClientRound::shares(const SecAggMsg& roster) {
   for (const auto& [v, peer] : u1_) xs.push_back(static_cast<uint8_t>(v));
   const std::vector<Share> seed_shares = shamir_split(seed_.bytes, setup_.threshold, xs);
   const std::vector<Share> key_shares = shamir_split(mask_.secret_key.bytes, setup_.threshold, xs);
-  SecAggMsg out;
-  out.round = round_;
-  out.phase = SecAggPhase::kShares;
+  SecAggMsg out = empty_message(round_, SecAggPhase::kShares);
   for (size_t i = 0; i < xs.size(); ++i) {
     const int v = xs[i];
     if (v == index_) {  // its own shares it keeps: it reveals them like anyone else's
@@ -337,9 +340,7 @@ void ClientRound::check_unmask(const SecAggMsg& unmask) const {
 SecAggMsg ClientRound::reveal(const SecAggMsg& unmask) {
   check_unmask(unmask);
   stage_ = Stage::kRevealed;
-  SecAggMsg out;
-  out.round = round_;
-  out.phase = SecAggPhase::kReveal;
+  SecAggMsg out = empty_message(round_, SecAggPhase::kReveal);
   auto add = [&](int v, const Share& share, uint8_t kind) {
     SecAggItem item;
     item.index = v;
@@ -360,12 +361,15 @@ ServerRound::ServerRound(int64_t round, SecAggSetup setup, size_t num_elements)
   validated_roster(round_, setup_);
 }
 
+void ServerRound::refuse(SecAggPhase phase, int index, const std::string& what) const {
+  const bool known = index >= 1 && index <= static_cast<int>(setup_.clients.size());
+  throw std::invalid_argument("secure aggregation, round " + std::to_string(round_) + ": " +
+                              transport::secagg_phase_name(phase) + " message of " +
+                              (known ? name_of(setup_, index) : "index " + std::to_string(index)) + " refused: " + what);
+}
+
 void ServerRound::expect(int index, const SecAggMsg& m, SecAggPhase phase) const {
-  auto bad = [&](const std::string& what) {
-    throw std::invalid_argument(std::string("secure aggregation, round ") + std::to_string(round_) + ": " +
-                                transport::secagg_phase_name(phase) + " from index " + std::to_string(index) +
-                                " refused: " + what);
-  };
+  auto bad = [&](const std::string& what) { refuse(phase, index, what); };
   if (index < 1 || index > static_cast<int>(setup_.clients.size())) bad("not a roster index");
   if (m.phase != phase) bad(std::string("the message is a ") + transport::secagg_phase_name(m.phase) + " message");
   if (m.round != round_) bad("the message is of round " + std::to_string(m.round));
@@ -379,10 +383,7 @@ void ServerRound::expect(int index, const SecAggMsg& m, SecAggPhase phase) const
 
 void ServerRound::on_keys(int index, const SecAggMsg& m) {
   expect(index, m, SecAggPhase::kKeys);
-  auto bad = [&](const std::string& what) {
-    throw std::invalid_argument("secure aggregation, round " + std::to_string(round_) + ": keys of " +
-                                name_of(setup_, index) + " refused: " + what);
-  };
+  auto bad = [&](const std::string& what) { refuse(SecAggPhase::kKeys, index, what); };
   if (keys_.count(index)) bad("a second keys message");
   if (m.items.size() != 1 || m.items[0].index != index) bad("not one item of the sender's own index");
   const SecAggItem& it = m.items[0];
@@ -419,14 +420,16 @@ void ServerRound::require_quorum(size_t have, const std::string& what, const std
                            "); the round is abandoned and the previous global model kept");
 }
 
+void ServerRound::announce(const std::vector<int>& members, const std::string& what, bool& closed) const {
+  require_quorum(members.size(), what, members);
+  closed = true;
+}
+
 SecAggMsg ServerRound::roster_for(int index) const {
   if (!keys_.count(index)) throw std::invalid_argument("secure aggregation: no roster for index " +
                                                        std::to_string(index) + ", which sent no keys");
-  require_quorum(keys_.size(), "key sets", key_senders());
-  u1_closed_ = true;
-  SecAggMsg out;
-  out.round = round_;
-  out.phase = SecAggPhase::kRoster;
+  announce(key_senders(), "key sets", u1_closed_);
+  SecAggMsg out = empty_message(round_, SecAggPhase::kRoster);
   const auto slot = static_cast<std::ptrdiff_t>(static_cast<size_t>(index - 1) * kKeyBytes);
   for (const auto& [u, k] : keys_) {
     SecAggItem item;
@@ -441,10 +444,7 @@ SecAggMsg ServerRound::roster_for(int index) const {
 
 void ServerRound::on_shares(int index, const SecAggMsg& m) {
   expect(index, m, SecAggPhase::kShares);
-  auto bad = [&](const std::string& what) {
-    throw std::invalid_argument("secure aggregation, round " + std::to_string(round_) + ": shares of " +
-                                name_of(setup_, index) + " refused: " + what);
-  };
+  auto bad = [&](const std::string& what) { refuse(SecAggPhase::kShares, index, what); };
   if (!keys_.count(index)) bad("it sent no keys");
   if (boxes_.count(index)) bad("a second shares message");
   std::map<int, std::vector<uint8_t>> boxes;
@@ -463,11 +463,8 @@ void ServerRound::on_shares(int index, const SecAggMsg& m) {
 SecAggMsg ServerRound::delivery_for(int index) const {
   if (!boxes_.count(index)) throw std::invalid_argument("secure aggregation: no delivery for index " +
                                                         std::to_string(index) + ", which sent no shares");
-  require_quorum(boxes_.size(), "share sets", share_senders());
-  u2_closed_ = true;
-  SecAggMsg out;
-  out.round = round_;
-  out.phase = SecAggPhase::kDelivery;
+  announce(share_senders(), "share sets", u2_closed_);
+  SecAggMsg out = empty_message(round_, SecAggPhase::kDelivery);
   for (const auto& [u, boxes] : boxes_) {
     if (u == index) continue;
     SecAggItem item;
@@ -480,10 +477,7 @@ SecAggMsg ServerRound::delivery_for(int index) const {
 
 void ServerRound::on_masked(int index, const transport::Message& m) {
   const SecAggMsg* s = std::get_if<SecAggMsg>(&m.body);
-  auto bad = [&](const std::string& what) {
-    throw std::invalid_argument("secure aggregation, round " + std::to_string(round_) + ": masked input of index " +
-                                std::to_string(index) + " refused: " + what);
-  };
+  auto bad = [&](const std::string& what) { refuse(SecAggPhase::kMasked, index, what); };
   if (s == nullptr) bad("not a secure-aggregation message");
   expect(index, *s, SecAggPhase::kMasked);
   if (!boxes_.count(index)) bad("it shared no secrets");
@@ -508,11 +502,8 @@ std::vector<int> ServerRound::dropped() const {
 SecAggMsg ServerRound::unmask() const {
   std::vector<int> survivors;
   for (const auto& [u, m] : masked_) survivors.push_back(u);
-  require_quorum(survivors.size(), "masked inputs", survivors);
-  u3_closed_ = true;
-  SecAggMsg out;
-  out.round = round_;
-  out.phase = SecAggPhase::kUnmask;
+  announce(survivors, "masked inputs", u3_closed_);
+  SecAggMsg out = empty_message(round_, SecAggPhase::kUnmask);
   out.survivors.assign(survivors.begin(), survivors.end());
   const std::vector<int> gone = dropped();
   out.dropped.assign(gone.begin(), gone.end());
@@ -521,10 +512,7 @@ SecAggMsg ServerRound::unmask() const {
 
 void ServerRound::on_reveal(int index, const SecAggMsg& m) {
   expect(index, m, SecAggPhase::kReveal);
-  auto bad = [&](const std::string& what) {
-    throw std::invalid_argument("secure aggregation, round " + std::to_string(round_) + ": reveal of " +
-                                name_of(setup_, index) + " refused: " + what);
-  };
+  auto bad = [&](const std::string& what) { refuse(SecAggPhase::kReveal, index, what); };
   if (!masked_.count(index)) bad("it is not a survivor");
   if (std::find(revealers_.begin(), revealers_.end(), index) != revealers_.end()) bad("a second reveal");
   const std::vector<int> gone = dropped();

@@ -174,8 +174,11 @@ class ServerRound {  // one round on the coordinator
     std::vector<uint64_t> values;
   };
 
+  [[noreturn]] void refuse(transport::SecAggPhase phase, int index, const std::string& what) const;
   void expect(int index, const transport::SecAggMsg& m, transport::SecAggPhase phase) const;
   void require_quorum(size_t have, const std::string& what, const std::vector<int>& present) const;
+  // Tells the first client who is in a set: checks the quorum, then closes the set.
+  void announce(const std::vector<int>& members, const std::string& what, bool& closed) const;
   std::string missing_names(const std::vector<int>& present) const;
   std::vector<int> dropped() const;
 
