@@ -55,6 +55,21 @@ void add_fed_command(CLI::App& root) {
   cmd->add_option("--max-update-norm", o->max_update_norm,
                   "Clip every client update to this L2 distance from the global weights (0: off)")
       ->capture_default_str()->check(flag_checks::non_negative());
+  cmd->add_flag("--secure-aggregation", o->secure_aggregation,
+                "Secure aggregation (SecAgg): clients mask their updates pairwise so the coordinator learns only "
+                "their sum (fedavg, fedprox; docs/privacy.md)");
+  auto* t = cmd->add_option("--secagg-threshold", o->secagg_threshold,
+                            "Secure aggregation: shares that recover a dropped client's mask (0: a majority of the "
+                            "sampled clients, at least 2)")
+      ->capture_default_str()->check(flag_checks::non_negative());
+  auto* range = cmd->add_option("--secagg-range", o->secagg_range,
+                                "Secure aggregation: each coordinate of an update is clamped to [-R, R] before "
+                                "fixed-point encoding")
+      ->capture_default_str()->check(flag_checks::positive());
+  auto* bits = cmd->add_option("--secagg-bits", o->secagg_bits,
+                               "Secure aggregation: fractional bits of the fixed-point encoding (error per "
+                               "coordinate at most 2^-(bits+1))")
+      ->capture_default_str()->check(CLI::Range(1, 40));
   add_coordinator_flags(*cmd, *o, "client");
   cmd->add_option("--peer-timeout", o->peer_timeout_ms, "A client silent this many ms is dropped")
       ->capture_default_str()->check(flag_checks::positive());
@@ -64,7 +79,7 @@ void add_fed_command(CLI::App& root) {
   cmd->add_option("--load", flags->config.load_path,
                   "Resume from a checkpoint written by cleave fed --save (--rounds counts its rounds too)");
   cmd->add_option("--init", flags->config.init_path, "Start from weights in a safetensors file (PyTorch layout)");
-  cmd->callback([cmd, flags, o, mu, krum_f, krum_m]() {
+  cmd->callback([cmd, flags, o, mu, krum_f, krum_m, t, range, bits]() {
     // Flags of `cleave train` that mean nothing here: the clients own the training data.
     for (const char* name : {"--epochs", "--limit-train", "--max-steps", "--microbatches", "--text"})
       if (cmd->get_option(name)->count() > 0)
@@ -75,6 +90,9 @@ void add_fed_command(CLI::App& root) {
       throw UsageError("--mu applies to --strategy fedprox only");
     if (krum_f->count() > 0 && o->strategy != "krum" && o->strategy != "multi-krum")
       throw UsageError("--krum-f applies to --strategy krum and multi-krum only");
+    for (const CLI::Option* opt : {t, range, bits})
+      if (opt->count() > 0 && !o->secure_aggregation)
+        throw UsageError(opt->get_name() + " applies with --secure-aggregation only");
     if (krum_m->count() > 0 && o->strategy != "multi-krum")
       throw UsageError("--krum-m applies to --strategy multi-krum only (krum keeps one update)");
     try {

@@ -71,6 +71,7 @@ class LocalDaemons {
     argv.insert(argv.end(), extra.begin(), extra.end());
     pids_.push_back(spawn(argv, dir_ + "/" + name + ".log"));
   }
+  const std::vector<pid_t>& pids() const { return pids_; }  // in start() order
   void stop() {
     for (pid_t p : pids_) terminate(p);
     pids_.clear();

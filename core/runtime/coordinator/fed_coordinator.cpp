@@ -19,6 +19,8 @@
 #include "core/fed/client_details.h"
 #include "core/fed/strategy.h"
 #include "core/model/partition.h"
+#include "core/runtime/common/secagg_round.h"
+#include "core/runtime/coordinator/fed_secagg.h"
 #include "core/runtime/coordinator/session.h"
 #include "core/runtime/common/wire.h"
 #include "core/train/evaluate.h"
@@ -50,6 +52,7 @@ void FedOptions::validate() const {
   // Known before any client registers: what a round samples when every client lives.
   const FedStrategy s = parse_fed_strategy(strategy);
   const int per_round = sampled_per_round(fraction, clients, min_clients);
+  if (secure_aggregation) validate_secure_aggregation(s, per_round);
   if (const std::string why = strategy_refusal(s, aggregate_options(*this, nullptr), per_round); !why.empty())
     bad(why + " (clients sampled per round with --clients " + std::to_string(clients) + " and --fraction " +
         std::to_string(fraction).substr(0, 4) + ")");
@@ -65,6 +68,25 @@ void FedOptions::validate() const {
           ", --dp-noise-multiplier " + std::to_string(dp.noise_multiplier) + ", --dp-delta " +
           std::to_string(dp.delta) + "): raise the noise, lower --fraction or accept a larger epsilon");
   }
+}
+
+void FedOptions::validate_secure_aggregation(FedStrategy s, int per_round) const {
+  auto bad = [](const std::string& text) { throw std::invalid_argument(text); };
+  if (s != FedStrategy::fedavg && s != FedStrategy::fedprox)
+    bad("--secure-aggregation works with --strategy fedavg and fedprox only: " + std::string(fed_strategy_name(s)) +
+        " must see each client's update, and secure aggregation shows the coordinator only their sum");
+  if (insecure)
+    bad("--secure-aggregation binds each client's round keys to its CURVE identity: run without --insecure");
+  if (per_round < 2) bad("--secure-aggregation needs at least 2 clients per round (--clients, --fraction)");
+  if (secagg_threshold != 0 && (secagg_threshold < 2 || secagg_threshold > per_round))
+    bad("--secagg-threshold " + std::to_string(secagg_threshold) + " must be in [2, " + std::to_string(per_round) +
+        "], the clients sampled per round");
+  if (!std::isfinite(secagg_range) || secagg_range <= 0) bad("--secagg-range must be finite and > 0");
+  if (secagg_bits < 1 || secagg_bits > 40) bad("--secagg-bits must be in [1, 40]");
+}
+
+int secagg_threshold(const FedOptions& o, int sampled) {
+  return o.secagg_threshold > 0 ? o.secagg_threshold : std::max(2, sampled / 2 + 1);
 }
 
 AggregateOptions aggregate_options(const FedOptions& o, const std::vector<float>* global) {
@@ -139,7 +161,22 @@ class FedDriver {
   // accountant, for --save) ; Krum: the clients it selected.
   void record_round(nlohmann::json& rj, const AggregateResult& agg, size_t sampled);
   void resume_accountant(const FedState& st);
-  std::map<std::string, Reply> send_round(int r, const std::vector<std::string>& sampled);
+  std::map<std::string, Reply> send_round(int r, const std::vector<std::string>& sampled,
+                                          const std::optional<SecAggSetup>& secagg);
+  // What a round produced, whichever way its updates arrived.
+  struct RoundOutcome {
+    AggregateResult agg;
+    std::vector<std::string> rejected;
+    nlohmann::json dropped = nlohmann::json::array(), failed = nlohmann::json::array();
+    bool timed_out = false;
+    double train_loss = 0;
+    nlohmann::json secagg;  // secure rounds: the audit (fed_secagg.h)
+  };
+  RoundOutcome plain_round(int r, const std::vector<std::string>& sampled, Clock::time_point t_round);
+  RoundOutcome secure_round(int r, const std::vector<std::string>& sampled, Clock::time_point t_round);
+  SecAggSetup secagg_setup(const std::vector<std::string>& sampled) const;
+  std::string sample_refusal(const std::string& client, int64_t samples) const;
+  int64_t update_weight_bound(const std::string& client) const;
   // Collects until every sampled client resolved; false when the round timed out first.
   bool collect_replies(int r, std::map<std::string, Reply>& replies, Clock::time_point t_round);
   RoundUpdates sort_replies(int r, std::map<std::string, Reply>& replies);
@@ -161,6 +198,7 @@ class FedDriver {
   std::shared_ptr<std::vector<float>> global_;  // the global parameter block
   nlohmann::json run_record_;                   // the settings saved with every checkpoint
   std::unique_ptr<Session> session_;
+  AllowList allow_;                              // secure aggregation: each client's CURVE key by name
   std::vector<std::string> clients_;            // sorted by name once all registered
   std::map<std::string, int> rounds_accepted_;  // rounds whose update was accepted, by client
   std::map<std::string, int64_t> registered_samples_;  // each client's shard size, as it registered
@@ -267,6 +305,7 @@ void FedDriver::listen() {
   // Nothing a peer sends this job may be larger than its biggest state block or batch tensor.
   session_ = std::make_unique<Session>(session_options(
       "cleave fed", opts_, job_payload_cap(spec_, cfg_.optimizer.kind, cfg_.optimizer.momentum, cfg_.batch)));
+  if (opts_.secure_aggregation) allow_ = AllowList::load(opts_.allow_path);
   // Rounds count from 1 in logs and JSON alike (0 on the wire).
   session_->pool().context = [this] { return " (round " + std::to_string(current_round_ + 1) + ")"; };
   if (cfg_.progress)
@@ -351,7 +390,50 @@ std::optional<nlohmann::json> FedDriver::run_round(int r) {
   const std::vector<std::string> sampled = sample_clients(r);
   if (!privacy_allows(r, sampled.size())) return std::nullopt;
   const EndpointStats before = session_->server().stats();
-  std::map<std::string, Reply> replies = send_round(r, sampled);
+  RoundOutcome o = opts_.secure_aggregation ? secure_round(r, sampled, t_round) : plain_round(r, sampled, t_round);
+  const AggregateResult& agg = o.agg;
+  if (!agg.clipped.empty())
+    log(LogLevel::kInfo, "cleave fed: round " + std::to_string(r + 1) + ": " + std::to_string(agg.clipped.size()) +
+                             " update(s) clipped to --max-update-norm " + std::to_string(opts_.max_update_norm));
+  // A new block: ZeroMQ may still hold the old one (shared owner) for a client that dropped out.
+  global_ = std::make_shared<std::vector<float>>(std::move(o.agg.params));
+  for (const auto& name : agg.accepted) ++rounds_accepted_[name];
+  const EndpointStats after = session_->server().stats();
+  whole_->params().from_host(*global_);
+  last_eval_ = evaluate_global();
+  nlohmann::json rj = {{"round", r + 1},
+                       {"accuracy", last_eval_.accuracy},
+                       {"loss", last_eval_.loss},
+                       {"train_loss", o.train_loss},
+                       {"participating", agg.accepted},
+                       {"participants", agg.accepted.size()},
+                       {"sampled", sampled},
+                       {"rejected", o.rejected},
+                       {"rejected_count", o.rejected.size()},
+                       {"clipped", agg.clipped},
+                       {"clipped_count", agg.clipped.size()},
+                       {"dropped", o.dropped},
+                       {"failed", o.failed},
+                       {"timed_out", o.timed_out},
+                       {"bytes_down", after.bytes_sent - before.bytes_sent},
+                       {"bytes_up", after.bytes_received - before.bytes_received},
+                       {"seconds", seconds_since(t_round)}};
+  if (!o.secagg.is_null()) rj["secagg"] = std::move(o.secagg);
+  record_round(rj, agg, sampled.size());
+  if (!cfg_.save_path.empty())  // after every round: a stopped run loses at most the round in progress
+    save_fed_state(cfg_.save_path, FedState{spec_.to_json(), run_record_, r + 1, cfg_.seed, *global_});
+  if (cfg_.progress)
+    std::fprintf(stderr, "cleave fed: round %d/%d: %zu of %zu client(s), local loss %.4f, test accuracy %.4f, %.1f s%s\n",
+                 r + 1, opts_.rounds, agg.accepted.size(), sampled.size(), o.train_loss, last_eval_.accuracy,
+                 seconds_since(t_round),
+                 o.rejected.empty() ? "" : (", " + std::to_string(o.rejected.size()) + " rejected").c_str());
+  return rj;
+}
+
+// Every sampled client's weights in the clear, aggregated by the strategy.
+FedDriver::RoundOutcome FedDriver::plain_round(int r, const std::vector<std::string>& sampled,
+                                               Clock::time_point t_round) {
+  std::map<std::string, Reply> replies = send_round(r, sampled, std::nullopt);
   if (opts_.on_round_started) opts_.on_round_started(r, sampled);
   const bool timed_out = !collect_replies(r, replies, t_round);
   RoundUpdates got = sort_replies(r, replies);
@@ -370,43 +452,92 @@ std::optional<nlohmann::json> FedDriver::run_round(int r) {
     aopts.dp_denominator = static_cast<int>(sampled.size());  // fixed: a missing client adds nothing
     aopts.dp_noise = noise_.get();
   }
-  AggregateResult agg = aggregate(strategy_, got.updates, param_count_, aopts);
-  if (!agg.clipped.empty())
-    log(LogLevel::kInfo, "cleave fed: " + round_of + ": " + std::to_string(agg.clipped.size()) +
-                             " update(s) clipped to --max-update-norm " + std::to_string(opts_.max_update_norm));
-  // A new block: ZeroMQ may still hold the old one (shared owner) for a client that dropped out.
-  global_ = std::make_shared<std::vector<float>>(std::move(agg.params));
-  for (const auto& name : agg.accepted) ++rounds_accepted_[name];
-  const EndpointStats after = session_->server().stats();
-  whole_->params().from_host(*global_);
-  last_eval_ = evaluate_global();
-  const double train_loss = got.train_samples ? got.train_loss_sum / static_cast<double>(got.train_samples) : 0.0;
-  nlohmann::json rj = {{"round", r + 1},
-                       {"accuracy", last_eval_.accuracy},
-                       {"loss", last_eval_.loss},
-                       {"train_loss", train_loss},
-                       {"participating", agg.accepted},
-                       {"participants", agg.accepted.size()},
-                       {"sampled", sampled},
-                       {"rejected", got.rejected},
-                       {"rejected_count", got.rejected.size()},
-                       {"clipped", agg.clipped},
-                       {"clipped_count", agg.clipped.size()},
-                       {"dropped", got.dropped},
-                       {"failed", got.failed},
-                       {"timed_out", timed_out},
-                       {"bytes_down", after.bytes_sent - before.bytes_sent},
-                       {"bytes_up", after.bytes_received - before.bytes_received},
-                       {"seconds", seconds_since(t_round)}};
-  record_round(rj, agg, sampled.size());
-  if (!cfg_.save_path.empty())  // after every round: a stopped run loses at most the round in progress
-    save_fed_state(cfg_.save_path, FedState{spec_.to_json(), run_record_, r + 1, cfg_.seed, *global_});
-  if (cfg_.progress)
-    std::fprintf(stderr, "cleave fed: round %d/%d: %zu of %zu client(s), local loss %.4f, test accuracy %.4f, %.1f s%s\n",
-                 r + 1, opts_.rounds, agg.accepted.size(), sampled.size(), train_loss, last_eval_.accuracy,
-                 seconds_since(t_round),
-                 got.rejected.empty() ? "" : (", " + std::to_string(got.rejected.size()) + " rejected").c_str());
-  return rj;
+  RoundOutcome o;
+  o.agg = aggregate(strategy_, got.updates, param_count_, aopts);
+  o.rejected = got.rejected;
+  o.dropped = got.dropped;
+  o.failed = got.failed;
+  o.timed_out = timed_out;
+  o.train_loss = got.train_samples ? got.train_loss_sum / static_cast<double>(got.train_samples) : 0.0;
+  return o;
+}
+
+// What a secure round of `sampled` tells its clients (fed_secagg.h). With DP
+// the clients clip to the DP clip and add their share of the noise, weight 1
+// each; without, they weigh their update by its samples (FedAvg).
+SecAggSetup FedDriver::secagg_setup(const std::vector<std::string>& sampled) const {
+  SecAggSetup s;
+  s.threshold = secagg_threshold(opts_, static_cast<int>(sampled.size()));
+  for (const auto& name : sampled) {
+    const std::optional<std::string> key = allow_.key_of(name);
+    if (!key) throw std::runtime_error("client " + name + " is no longer on the allow-list");
+    s.clients.push_back(PeerInfo{"", *key, name});
+  }
+  s.range = static_cast<float>(opts_.secagg_range);
+  s.frac_bits = opts_.secagg_bits;
+  s.clip = static_cast<float>(opts_.dp.enabled() ? opts_.dp.clip : opts_.max_update_norm);
+  if (opts_.dp.enabled() && opts_.max_update_norm > 0) s.clip = static_cast<float>(std::min(opts_.dp.clip, opts_.max_update_norm));
+  s.noise_stddev = opts_.dp.enabled() ? static_cast<float>(noise_share_stddev(opts_.dp, s.threshold)) : 0.0f;
+  s.weight_by_samples = !opts_.dp.enabled();
+  return s;
+}
+
+// "" when `client` may weigh its update with `samples`, else why not.
+std::string FedDriver::sample_refusal(const std::string& client, int64_t samples) const {
+  const int64_t bound = update_weight_bound(client);
+  if (samples >= 0 && samples <= bound) return "";
+  return "a sample count of " + std::to_string(samples) + " exceeds the " + std::to_string(bound) +
+         " this client may weigh (--local-epochs x its registered samples, --max-client-samples)";
+}
+
+int64_t FedDriver::update_weight_bound(const std::string& client) const {
+  int64_t bound = opts_.local_epochs * registered_samples_.at(client);
+  if (opts_.max_client_samples > 0) bound = std::min(bound, opts_.local_epochs * opts_.max_client_samples);
+  return bound;
+}
+
+// Only the sum of the sampled clients' updates reaches the coordinator.
+FedDriver::RoundOutcome FedDriver::secure_round(int r, const std::vector<std::string>& sampled,
+                                                Clock::time_point t_round) {
+  const std::string round_of = "round " + std::to_string(r + 1) + " of " + std::to_string(opts_.rounds);
+  const SecAggSetup setup = secagg_setup(sampled);
+  double max_weight = 0;
+  for (const auto& name : sampled) max_weight += setup.weight_by_samples ? static_cast<double>(update_weight_bound(name)) : 1.0;
+  if (const std::string why = secagg::overflow_refusal(setup.range, setup.frac_bits, max_weight); !why.empty())
+    fail(round_of + ": " + why);
+  std::map<std::string, Reply> replies = send_round(r, sampled, setup);
+  if (opts_.on_round_started) opts_.on_round_started(r, sampled);
+  SecureRoundIo io{*session_, r, sampled, setup, param_count_, session_->next_request_id(),
+                   t_round + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(opts_.round_timeout_s)),
+                   [this](const std::string& c, int64_t n) { return sample_refusal(c, n); }, opts_.on_secagg_delivery,
+                   opts_.on_secagg_unmask};
+  SecureRoundResult sr;
+  try {
+    sr = run_secure_round(io);
+  } catch (const std::runtime_error& e) {
+    fail(round_of + ": " + e.what());
+  }
+  if (static_cast<int>(sr.survivors.size()) < opts_.min_clients)
+    fail(round_of + ": only " + std::to_string(sr.survivors.size()) + " masked update(s) counted; --min-clients is " +
+         std::to_string(opts_.min_clients) + "; the previous global model is kept");
+  RoundOutcome o;
+  // DP: the fixed denominator of DP-FedAvg (dp.h); FedAvg: the survivors' samples.
+  const double denominator = opts_.dp.enabled() ? static_cast<double>(sampled.size()) : sr.total_weight;
+  o.agg.params.resize(param_count_);
+  for (size_t i = 0; i < param_count_; ++i)
+    o.agg.params[i] = static_cast<float>(static_cast<double>((*global_)[i]) + sr.weighted_sum[i] / denominator);
+  o.agg.accepted = sr.survivors;
+  for (auto& d : sr.dropped) o.dropped.push_back(d);
+  double loss_sum = 0;
+  int64_t loss_samples = 0;
+  for (const auto& [name, mm] : sr.metrics)
+    if (std::isfinite(mm.loss_sum) && mm.sample_count <= update_weight_bound(name)) {
+      loss_sum += mm.loss_sum;
+      loss_samples += mm.sample_count;
+    }
+  o.train_loss = loss_samples ? loss_sum / static_cast<double>(loss_samples) : 0.0;
+  o.secagg = std::move(sr.audit);
+  return o;
 }
 
 bool FedDriver::privacy_allows(int r, size_t sampled) {
@@ -461,7 +592,8 @@ std::vector<std::string> FedDriver::sample_clients(int r) {
 
 // The global block and the round command to each sampled client; an
 // unreachable one is resolved (and dead) at once.
-std::map<std::string, Reply> FedDriver::send_round(int r, const std::vector<std::string>& sampled) {
+std::map<std::string, Reply> FedDriver::send_round(int r, const std::vector<std::string>& sampled,
+                                                   const std::optional<SecAggSetup>& secagg) {
   std::map<std::string, Reply> replies;
   WeightsMsg wh;
   wh.stage = 0;
@@ -470,7 +602,7 @@ std::map<std::string, Reply> FedDriver::send_round(int r, const std::vector<std:
   wh.num_elements = static_cast<int64_t>(param_count_);
   const uint64_t rid = session_->next_request_id();  // the round's weights and command, and every reply
   const double mu = strategy_ == FedStrategy::fedprox ? opts_.mu : 0.0;
-  const FedRoundCmd round_cmd{r, opts_.local_epochs, cfg_.batch, static_cast<float>(mu), std::nullopt};
+  const FedRoundCmd round_cmd{r, opts_.local_epochs, cfg_.batch, static_cast<float>(mu), secagg};
   for (const auto& name : sampled) {
     Message wm = make_weights_message(wh, global_->data(), global_->size(), global_);
     wm.request_id = rid;

@@ -47,6 +47,14 @@ struct FedOptions {
   int krum_f = 1;                    // krum, multi-krum: Byzantine clients assumed per round (--krum-f)
   int krum_m = 0;                    // multi-krum: updates averaged (--krum-m; 0: sampled - f)
   DpSettings dp;                     // --dp-clip, --dp-noise-multiplier, --dp-delta, --dp-target-epsilon
+  // Secure aggregation (fed_secagg.h): the coordinator learns only the sum of each round's updates.
+  bool secure_aggregation = false;   // --secure-aggregation (fedavg and fedprox only; needs CURVE)
+  int secagg_threshold = 0;          // --secagg-threshold t (0: a majority of the clients sampled, at least 2)
+  double secagg_range = 16;          // --secagg-range: each coordinate of an update is clamped to [-range, range]
+  int secagg_bits = 24;              // --secagg-bits: fractional bits of the fixed-point encoding
+  // Test hooks (fed_secagg.h: SecureRoundIo::before_delivery, before_unmask).
+  std::function<void(int round, const std::vector<std::string>& u2)> on_secagg_delivery;
+  std::function<void(int round, const std::vector<std::string>& survivors)> on_secagg_unmask;
   // Bounds on what one client's update may weigh (issue 13). An update's
   // sample count may never exceed local_epochs x the samples its client
   // registered; with max_client_samples > 0 not local_epochs x that either.
@@ -69,6 +77,7 @@ struct FedOptions {
   // Krum with fewer than 2f + 3 of them, DP with a strategy that is not a
   // mean, and a --dp-target-epsilon the first round alone would exceed).
   void validate() const;
+  void validate_secure_aggregation(FedStrategy strategy, int per_round) const;  // part of validate()
 };
 
 // The aggregation options `o` sets, over the round's global block (DP is added by the round).
@@ -77,6 +86,10 @@ AggregateOptions aggregate_options(const FedOptions& o, const std::vector<float>
 // How many of `live` clients a round samples: ceil(fraction x live), at
 // least min_clients, at most live.
 int sampled_per_round(double fraction, int live, int min_clients);
+
+// The threshold a round of `sampled` clients uses with secure aggregation:
+// --secagg-threshold, or a majority (sampled / 2 + 1), at least 2.
+int secagg_threshold(const FedOptions& o, int sampled);
 
 // Runs the federated job described by `config` (model, optimizer, batch,
 // seed, limit_test and dataset for the test set; the training split stays on

@@ -94,7 +94,8 @@ JobEnd dispatch_job(const JobContext& ctx, FedClient* fed, const AssignMsg& a, u
     }
     FedRoundHook on_round;
     if (ctx.options.on_event) on_round = [&ctx](int64_t round, double loss) { ctx.progress("fed", round, loss); };
-    return fed->run(ctx.channel, ctx.device, a, rid, name, ctx.options.coordinator_timeout_ms, ctx.stop, on_round);
+    return fed->run(ctx.channel, ctx.device, a, rid, ctx.keys, name, ctx.options.coordinator_timeout_ms, ctx.stop,
+                    on_round);
   }
   return run_pipeline_stage(ctx, a, rid);  // pipeline_job.h
 }

@@ -13,6 +13,7 @@
 #include "core/model/partition.h"
 #include "core/nn/loss.h"
 #include "core/optim/optimizer.h"
+#include "core/runtime/daemon/fed_secagg_client.h"
 #include "core/runtime/daemon/job_channel.h"
 #include "core/planner/memory_model.h"
 #include "core/runtime/common/wire.h"
@@ -124,9 +125,10 @@ using Clock = std::chrono::steady_clock;
 class FedClientJob {
  public:
   FedClientJob(JobChannel& channel, Device& device, const Dataset& data, const FedClientOptions& options,
-         const std::string& name, int timeout_ms, const std::atomic<bool>& stop, const FedRoundHook& on_round)
-      : channel_(channel), device_(device), data_(data), options_(options), name_(name), timeout_ms_(timeout_ms),
-        stop_(stop), on_round_(on_round) {}
+               const KeyPair& keys, const std::string& name, int timeout_ms, const std::atomic<bool>& stop,
+               const FedRoundHook& on_round)
+      : channel_(channel), device_(device), data_(data), options_(options), keys_(keys), name_(name),
+        timeout_ms_(timeout_ms), stop_(stop), on_round_(on_round) {}
 
   // Builds the model; throws with a message for the coordinator when it cannot.
   void setup(const AssignMsg& assign) {
@@ -229,16 +231,7 @@ class FedClientJob {
     auto values = std::make_shared<std::vector<float>>(model_->params().to_host());
     poison_update(options_.poison, *values, global_values);
     const double train_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-    WeightsMsg w;
-    w.stage = 0;
-    w.round = r;
-    w.sample_count = samples;
-    w.num_elements = static_cast<int64_t>(values->size());
-    Message wm;
-    wm.request_id = rid;
-    wm.body = w;
-    wm.payloads.push_back(Payload::of_floats(values));
-    send(wm);
+    if (!upload(cmd, rid, global_values, values, samples)) return;
     MetricsMsg mm;
     mm.stage = 0;
     mm.step = r;
@@ -258,10 +251,39 @@ class FedClientJob {
   void send(const Message& m) { channel_.send(m); }
 
  private:
+  // The round's update to the coordinator: its weights in the clear, or, with
+  // secure aggregation, only its masked difference from the global block
+  // (fed_secagg_client.h). False when the secure exchange stopped short.
+  bool upload(const FedRoundCmd& cmd, uint64_t rid, const std::vector<float>& global,
+              const std::shared_ptr<std::vector<float>>& values, int64_t samples) {
+    if (cmd.secagg) {
+      std::vector<float> delta(values->size());
+      for (size_t i = 0; i < delta.size(); ++i) delta[i] = (*values)[i] - global[i];
+      if (cmd.secagg->noise_stddev > 0 && !noise_) noise_ = std::make_unique<NoiseSource>();
+      const std::string why = run_secure_upload(serving(), keys_, cmd, delta, samples, rid, noise_.get());
+      if (!why.empty())
+        log(LogLevel::kWarning, "cleaved " + name_ + ": round " + std::to_string(cmd.round + 1) + " abandoned: " + why);
+      return why.empty();
+    }
+    WeightsMsg w;
+    w.stage = 0;
+    w.round = cmd.round;
+    w.sample_count = samples;
+    w.num_elements = static_cast<int64_t>(values->size());
+    Message wm;
+    wm.request_id = rid;
+    wm.body = w;
+    wm.payloads.push_back(Payload::of_floats(values));
+    send(wm);
+    return true;
+  }
+
   JobChannel& channel_;
   Device& device_;
   const Dataset& data_;
   const FedClientOptions& options_;
+  const KeyPair& keys_;
+  std::unique_ptr<NoiseSource> noise_;  // secure aggregation with DP: this client's share of the noise
   std::string name_;
   int timeout_ms_;
   const std::atomic<bool>& stop_;
@@ -277,9 +299,9 @@ class FedClientJob {
 }  // namespace
 
 JobEnd FedClient::run(JobChannel& channel, Device& device, const AssignMsg& assign, uint64_t assign_request_id,
-                         const std::string& name, int coordinator_timeout_ms, const std::atomic<bool>& stop,
-                         const FedRoundHook& on_round) {
-  FedClientJob job(channel, device, data_, options_, name, coordinator_timeout_ms, stop, on_round);
+                      const KeyPair& keys, const std::string& name, int coordinator_timeout_ms,
+                      const std::atomic<bool>& stop, const FedRoundHook& on_round) {
+  FedClientJob job(channel, device, data_, options_, keys, name, coordinator_timeout_ms, stop, on_round);
   try {
     job.setup(assign);
   } catch (const std::exception& e) {

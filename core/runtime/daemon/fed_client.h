@@ -26,6 +26,7 @@
 #include "device/device.h"
 #include "core/runtime/daemon/job_channel.h"
 #include "transport/endpoint.h"
+#include "transport/keys.h"
 #include "transport/message.h"
 
 namespace cleave {
@@ -91,9 +92,10 @@ class FedClient {
   // model does not fit the data or the device (refused: no job ran). Errors
   // within a round are reported to the coordinator as `error` messages; the
   // job goes on with the next round.
+  // `keys`: this daemon's CURVE keys (secure aggregation binds its round keys to them).
   JobEnd run(JobChannel& channel, Device& device, const transport::AssignMsg& assign,
-                uint64_t assign_request_id, const std::string& name, int coordinator_timeout_ms,
-                const std::atomic<bool>& stop, const FedRoundHook& on_round = {});
+             uint64_t assign_request_id, const transport::KeyPair& keys, const std::string& name,
+             int coordinator_timeout_ms, const std::atomic<bool>& stop, const FedRoundHook& on_round = {});
 
  private:
   FedClientOptions options_;

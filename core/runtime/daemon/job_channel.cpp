@@ -47,6 +47,11 @@ bool JobChannel::poll(Millis timeout) {
                  "the coordinator");
   } else if (auto* w = std::get_if<WeightsMsg>(&m.body)) {
     weights_[w->stage] = std::move(m);
+  } else if (auto* s = std::get_if<SecAggMsg>(&m.body)) {
+    // A newer round's message retires the older rounds' (a coordinator cannot pile them up).
+    const auto key = std::make_pair(s->round, static_cast<int>(s->phase));
+    std::erase_if(secagg_, [&](const auto& kv) { return kv.first.first < key.first; });
+    if (secagg_.empty() || secagg_.begin()->first.first == key.first) secagg_[key] = std::move(m);
   } else if (std::holds_alternative<AssignMsg>(m.body) || std::holds_alternative<CommandMsg>(m.body)) {
     commands_.push_back(std::move(m));
   } else {
@@ -72,6 +77,14 @@ bool JobChannel::stop_queued() const {
 
 std::optional<TensorMessage> JobChannel::take_tensor(TensorKind kind, int64_t step, int mb) {
   return tensors_.take(kind, step, mb);
+}
+
+std::optional<Message> JobChannel::take_secagg(int64_t round, SecAggPhase phase) {
+  auto it = secagg_.find({round, static_cast<int>(phase)});
+  if (it == secagg_.end()) return std::nullopt;
+  Message m = std::move(it->second);
+  secagg_.erase(it);
+  return m;
 }
 
 std::optional<Message> JobChannel::take_weights(int stage) {

@@ -46,9 +46,13 @@ class JobChannel {
   std::optional<transport::TensorMessage> take_tensor(transport::TensorKind kind, int64_t step, int mb);
   // The weights message for `stage`, if one arrived (the newest wins).
   std::optional<transport::Message> take_weights(int stage);
+  // The coordinator's secure-aggregation message of `phase` for `round`, if it
+  // arrived (fed_secagg_client.h). Only the newest round's are kept.
+  std::optional<transport::Message> take_secagg(int64_t round, transport::SecAggPhase phase);
   void clear_mailboxes() {
     tensors_.clear();
     weights_.clear();
+    secagg_.clear();
   }
 
   std::chrono::milliseconds silence() const;
@@ -63,6 +67,7 @@ class JobChannel {
   std::deque<transport::Message> commands_;
   TensorMailbox tensors_;
   std::map<int, transport::Message> weights_;
+  std::map<std::pair<int64_t, int>, transport::Message> secagg_;  // (round, phase)
   std::chrono::steady_clock::time_point last_heard_ = std::chrono::steady_clock::now();
   std::chrono::steady_clock::time_point last_version_error_{};
 };
