@@ -49,7 +49,7 @@ struct Cluster {
   SecAggSetup setup;
   std::vector<KeyPair> statics;                  // [index - 1]
   std::vector<std::unique_ptr<ClientRound>> clients;
-  std::vector<std::vector<float>> deltas;
+  std::vector<std::vector<double>> deltas;
   std::vector<int64_t> samples;
   std::unique_ptr<ServerRound> server;
 
@@ -65,8 +65,8 @@ struct Cluster {
       p.name = std::string("c").append(std::to_string(i));  // (not "c" + ...: GCC 12's -Wrestrict false positive)
       p.public_key = z85_encode_key(statics.back().public_key);
       setup.clients.push_back(p);
-      std::vector<float> d(kElements);
-      for (float& x : d) x = rng.uniform(-0.5f, 0.5f);
+      std::vector<double> d(kElements);
+      for (double& x : d) x = rng.uniform(-0.5f, 0.5f);
       deltas.push_back(std::move(d));
       samples.push_back(1 + static_cast<int64_t>(rng.below(100)));
     }
@@ -286,10 +286,10 @@ TEST_CASE("secagg round: DP mode weighs every client 1, clips, clamps and adds e
   // What each client should have masked: its update clipped to norm 5, then clamped.
   for (auto& d : c.deltas) {
     double sq = 0;
-    for (float x : d) sq += static_cast<double>(x) * x;
+    for (double x : d) sq += x * x;
     const double scale = 5 / std::sqrt(sq);
     REQUIRE(scale < 1);
-    for (float& x : d) x = static_cast<float>(std::clamp(x * scale, -1.0, 1.0));
+    for (double& x : d) x = std::clamp(x * scale, -1.0, 1.0);
   }
   check_mean(c, plain);
 

@@ -273,7 +273,7 @@ void ClientRound::accept_delivery(const SecAggMsg& delivery) {
   held_.merge(got);
 }
 
-std::vector<uint64_t> ClientRound::fixed_point(std::span<const float> delta, int64_t sample_count,
+std::vector<uint64_t> ClientRound::fixed_point(std::span<const double> delta, int64_t sample_count,
                                                NoiseSource* noise) {
   if (sample_count < 0) throw std::invalid_argument("secure aggregation: negative sample_count");
   if (setup_.noise_stddev > 0 && noise == nullptr)
@@ -285,16 +285,16 @@ std::vector<uint64_t> ClientRound::fixed_point(std::span<const float> delta, int
                                 std::to_string(range) + " x 2^" + std::to_string(setup_.frac_bits) +
                                 " does not fit in 62 bits");
   double squared = 0;
-  for (float d : delta) {
+  for (double d : delta) {
     if (!std::isfinite(d)) throw std::invalid_argument("secure aggregation: the update is not finite");
-    squared += static_cast<double>(d) * d;
+    squared += d * d;
   }
   const double norm = std::sqrt(squared);
   const double scale = setup_.clip > 0 && norm > setup_.clip ? setup_.clip / norm : 1.0;
   std::vector<uint64_t> out(delta.size());
   clamped_ = 0;
   for (size_t i = 0; i < delta.size(); ++i) {
-    double v = static_cast<double>(delta[i]) * scale;
+    double v = delta[i] * scale;
     if (setup_.noise_stddev > 0) v += setup_.noise_stddev * noise->normal();
     if (v < -range || v > range) ++clamped_;
     out[i] = quantize(w * std::clamp(v, -range, range), setup_.frac_bits);
@@ -302,7 +302,7 @@ std::vector<uint64_t> ClientRound::fixed_point(std::span<const float> delta, int
   return out;
 }
 
-transport::Message ClientRound::masked(const SecAggMsg& delivery, std::span<const float> delta, int64_t sample_count,
+transport::Message ClientRound::masked(const SecAggMsg& delivery, std::span<const double> delta, int64_t sample_count,
                                        NoiseSource* noise) {
   std::vector<uint64_t> y = fixed_point(delta, sample_count, noise);  // first: a caller's bad input spends no state
   accept_delivery(delivery);

@@ -80,7 +80,7 @@ class ClientRound {  // one round on one client
   // kMasked message (with its payload). Throws std::invalid_argument for a
   // non-finite delta, a negative sample_count, a missing noise source or a
   // weight x range x 2^frac_bits of 2^62 or more.
-  transport::Message masked(const transport::SecAggMsg& delivery, std::span<const float> delta,
+  transport::Message masked(const transport::SecAggMsg& delivery, std::span<const double> delta,
                             int64_t sample_count, NoiseSource* noise);
   int64_t clamped() const { return clamped_; }  // coordinates clamped to [-range, range] in masked()
   // kUnmask in, kReveal out. Refuses (std::runtime_error) survivors and dropped
@@ -101,7 +101,7 @@ class ClientRound {  // one round on one client
   void expect(const transport::SecAggMsg& m, transport::SecAggPhase phase, Stage stage) const;
   void accept_roster(const transport::SecAggMsg& roster);
   void accept_delivery(const transport::SecAggMsg& delivery);
-  std::vector<uint64_t> fixed_point(std::span<const float> delta, int64_t sample_count, NoiseSource* noise);
+  std::vector<uint64_t> fixed_point(std::span<const double> delta, int64_t sample_count, NoiseSource* noise);
   void check_unmask(const transport::SecAggMsg& unmask) const;
 
   int64_t round_ = 0;

@@ -257,8 +257,9 @@ class FedClientJob {
   bool upload(const FedRoundCmd& cmd, uint64_t rid, const std::vector<float>& global,
               const std::shared_ptr<std::vector<float>>& values, int64_t samples) {
     if (cmd.secagg) {
-      std::vector<float> delta(values->size());
-      for (size_t i = 0; i < delta.size(); ++i) delta[i] = (*values)[i] - global[i];
+      // In double: the difference of two floats is exact there, so only the fixed-point step rounds.
+      std::vector<double> delta(values->size());
+      for (size_t i = 0; i < delta.size(); ++i) delta[i] = static_cast<double>((*values)[i]) - global[i];
       if (cmd.secagg->noise_stddev > 0 && !noise_) noise_ = std::make_unique<NoiseSource>();
       const std::string why = run_secure_upload(serving(), keys_, cmd, delta, samples, rid, noise_.get());
       if (!why.empty())

@@ -32,7 +32,7 @@ Message with_id(Message m, uint64_t rid) {
 }  // namespace
 
 std::string run_secure_upload(const JobServing& job, const KeyPair& keys, const FedRoundCmd& cmd,
-                              std::span<const float> delta, int64_t samples, uint64_t rid, NoiseSource* noise) {
+                              std::span<const double> delta, int64_t samples, uint64_t rid, NoiseSource* noise) {
   if (!cmd.secagg) throw std::invalid_argument("run_secure_upload: the round has no secure-aggregation setup");
   if (keys.secret_key.empty())
     throw std::runtime_error("secure aggregation needs this daemon's CURVE key (it runs without --insecure)");

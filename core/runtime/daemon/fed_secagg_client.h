@@ -27,7 +27,7 @@ namespace cleave {
 // sent something the protocol refuses (the reason is also sent back as an
 // error, and nothing more of this round leaves the client).
 std::string run_secure_upload(const JobServing& job, const transport::KeyPair& keys,
-                              const transport::FedRoundCmd& cmd, std::span<const float> delta, int64_t samples,
+                              const transport::FedRoundCmd& cmd, std::span<const double> delta, int64_t samples,
                               uint64_t rid, NoiseSource* noise);
 
 }  // namespace cleave
