@@ -64,6 +64,21 @@ std::vector<Message> seed_messages() {
   }
   out.push_back(make_weights_message(WeightsMsg{0, 2, 100, 0}, v.data(), v.size(), nullptr));
   out.push_back(make_probe_message(1, 16, true));
+  SecAggMsg keys;
+  keys.round = 2;
+  keys.phase = SecAggPhase::kKeys;
+  keys.items = {{1, std::vector<uint8_t>(32, 3), std::vector<uint8_t>(32, 4), std::vector<uint8_t>(64, 5)}};
+  add(keys);
+  SecAggMsg unmask;
+  unmask.round = 2;
+  unmask.phase = SecAggPhase::kUnmask;
+  unmask.survivors = {1, 2};
+  unmask.dropped = {3};
+  add(unmask);
+  out.push_back(make_secagg_masked_message(2, 64, {1, 2, 3}));
+  add(CommandMsg{FedRoundCmd{3, 1, 32, 0, SecAggSetup{2, {{"", "rq:rM>}U?@Lns47E1%kR.o@n%FcmmsL/@{H8]yf7", "a"},
+                                                        {"", "rq:rM>}U?@Lns47E1%kR.o@n%FcmmsL/@{H8]yf7", "b"}},
+                                                  16, 24, 0, 0, true}}});
   return out;
 }
 
