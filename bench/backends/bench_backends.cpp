@@ -80,10 +80,7 @@ using Clock = std::chrono::steady_clock;
 
 double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-double load_average() {
-  double l[1] = {0};
-  return getloadavg(l, 1) == 1 ? l[0] : -1;
-}
+using cleave::bench::load_average;
 
 std::string fmt(const char* f, double v) {
   char buf[64];

@@ -1,12 +1,14 @@
 // bench_args.h: what the hand-parsed benchmarks (bench_train_step,
 // bench_backends) share: list splitting, checked numbers for flags, the
-// `--models mlp,cnn:64` syntax, medians and the core count. Bad flag values
+// `--models mlp,cnn:64` syntax, medians, the load average and the core count. Bad flag values
 // throw std::invalid_argument with the message the benchmark prints before
 // its usage text.
 #pragma once
 
 #include <sched.h>
 #include <unistd.h>
+
+#include <cstdlib>
 
 #include <algorithm>
 #include <cmath>
@@ -82,6 +84,13 @@ inline double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const size_t n = v.size();
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// The machine's load average over the last minute (getloadavg(3), i.e.
+// /proc/loadavg), or -1 when it cannot be read: every table says under what load it was measured.
+inline double load_average() {
+  double l[1] = {0};
+  return getloadavg(l, 1) == 1 ? l[0] : -1;
 }
 
 // Cores this process may run on (its CPU affinity), at least 1.

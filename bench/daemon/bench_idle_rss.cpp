@@ -90,12 +90,7 @@ std::string read_all(const std::string& path) {
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
 
-double load_average() {
-  std::ifstream in("/proc/loadavg");
-  double l = -1;
-  in >> l;
-  return l;
-}
+using cleave::bench::load_average;
 
 bool is_gpu_library(const std::string& path) {
   for (const char* lib : {"libcuda", "libcublas", "libnvrtc", "libOpenCL", "libclblast", "libpocl", "libcleave-backend-"})

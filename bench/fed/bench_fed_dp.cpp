@@ -19,6 +19,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "bench/common/bench_args.h"
 #include "bench/common/local_daemons.h"
 #include "core/io/json_file.h"
 #include "core/runtime/coordinator/fed_coordinator.h"
@@ -42,13 +43,7 @@ std::vector<double> parse_noise(const std::string& text) {
   return out;
 }
 
-// The machine's load average over the last minute (/proc/loadavg), or -1.
-double load_average() {
-  std::ifstream in("/proc/loadavg");
-  double l = -1;
-  in >> l;
-  return in ? l : -1;
-}
+using cleave::bench::load_average;
 
 struct Settings {
   std::string model;

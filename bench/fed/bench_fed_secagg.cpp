@@ -27,6 +27,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "bench/common/bench_args.h"
 #include "bench/common/local_daemons.h"
 #include "core/io/json_file.h"
 #include "core/runtime/coordinator/fed_coordinator.h"
@@ -60,19 +61,9 @@ double self_cpu_seconds() {
          static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) * 1e-6;
 }
 
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
+using cleave::bench::median;
 
-double load_average() {
-  std::ifstream in("/proc/loadavg");
-  double l = -1;
-  in >> l;
-  return in ? l : -1;
-}
+using cleave::bench::load_average;
 
 struct Settings {
   std::string model;

@@ -33,6 +33,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "bench/common/bench_args.h"
 #include "apps/common/processes.h"
 #include "bench/common/local_daemons.h"
 #include "core/data/dataset.h"
@@ -70,19 +71,9 @@ struct Options {
   std::string json_path = "bench-gpt.json";
 };
 
-double load_average() {
-  double l = -1;
-  std::ifstream in("/proc/loadavg");
-  in >> l;
-  return l;
-}
+using cleave::bench::load_average;
 
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
+using cleave::bench::median;
 
 // Runs a shell command, returns its stdout (stderr passes through) and exit status.
 std::pair<int, std::string> run_capture(const std::string& cmd) {

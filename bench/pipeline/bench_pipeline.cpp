@@ -51,6 +51,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "bench/common/bench_args.h"
 #include "device/cpu/openmp_policy.h"
 #include "core/io/json_file.h"
 #include "core/runtime/coordinator/pipeline.h"
@@ -104,12 +105,7 @@ struct Row {
   std::vector<double> rep_samples_per_sec;  // every repetition (the row is the best one)
 };
 
-double load_average() {
-  std::ifstream in("/proc/loadavg");
-  double l = 0;
-  in >> l;
-  return l;
-}
+using cleave::bench::load_average;
 
 // CPU seconds (user + system) of this process or of its reaped children.
 double cpu_seconds(int who) {

@@ -24,6 +24,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "bench/common/bench_args.h"
 #include "core/io/json_file.h"
 #include "core/planner/planner.h"
 
@@ -87,10 +88,7 @@ std::vector<int> parse_list(const char* s) {
   return out;
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
-}
+using cleave::bench::median;
 
 }  // namespace
 

@@ -21,6 +21,7 @@
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
 
+#include "bench/common/bench_args.h"
 #include "core/io/json_file.h"
 #include "transport/endpoint.h"
 #include "transport/log.h"
@@ -35,10 +36,7 @@ struct Keys {
   KeyPair client = generate_keypair();
 };
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
+using cleave::bench::median;
 
 // Raw ZeroMQ: `count` single-frame messages of `bytes`; returns seconds.
 double run_raw(size_t bytes, int count, const Keys* curve) {
