@@ -54,20 +54,7 @@ class SplitClient {
     OptimizerConfig ocfg = from_wire(a.optimizer);
     loader_ = std::make_unique<BatchLoader>(train_, batch_, /*shuffle=*/true, seed_ + static_cast<uint64_t>(index_));
     if (ocfg.total_steps == 0) ocfg.total_steps = loader_->batches_per_epoch() * job.epochs;
-    const int64_t work_batch = std::max(batch_, eval_batch_);
-    StageMemory need = stage_memory(spec_, 0, cut, ocfg, work_batch, 1, 1, ctx_.device.backend());
-    if (labels_on_client_) {
-      const StageMemory tail = stage_memory(spec_, cut_back, spec_.num_layers(), ocfg, work_batch, 1, 1, ctx_.device.backend());
-      need.params += tail.params;
-      need.grads += tail.grads;
-      need.optimizer += tail.optimizer;
-      need.activations += tail.activations;
-      need.workspace += tail.workspace;
-    }
-    const MemoryInfo mem = ctx_.device.memory();
-    if (need.total() > mem.free)
-      throw OutOfMemory(ctx_.options.name + " cannot host the split client part: it needs " + need.describe() +
-                        " but only " + format_mib(mem.free) + " is available");
+    check_memory(ocfg, cut, cut_back);
     front_ = std::make_unique<Partition>(ctx_.device, spec_, 0, cut);
     front_->init(seed_);
     front_->zero_grad();
@@ -78,21 +65,7 @@ class SplitClient {
       tail_->zero_grad();
       tail_opt_ = std::make_unique<Optimizer>(ctx_.device, ocfg, tail_->param_count());
     }
-    // The test split, cut into the same shards as the training split (an app
-    // supplies its own test samples, or none).
-    const int64_t limit_test = job.limit_test;
-    if (data_.supplied_test) {
-      const int64_t keep = limit_test > 0 ? std::min<int64_t>(limit_test, data_.supplied_test->size())
-                                          : data_.supplied_test->size();
-      std::vector<int64_t> first(static_cast<size_t>(keep));
-      std::iota(first.begin(), first.end(), int64_t{0});
-      test_ = subset(*data_.supplied_test, first);
-    } else if (!data_.supplied) try {
-      Dataset all = load_dataset(data_.dataset, data_.dataset_dir, /*train=*/false, limit_test);
-      test_ = subset(all, shard_indices(all, data_.shard, data_.num_shards, data_.partition, data_.seed));
-    } catch (const std::exception& e) {
-      log(LogLevel::kWarning, "cleaved " + ctx_.options.name + ": no test data for split evaluation: " + e.what());
-    }
+    load_test_split(job.limit_test);
     // The cut-layer link: straight to the server, never through the coordinator.
     if (!a.next) throw std::invalid_argument("the split assignment names no server");
     ClientOptions lo;
@@ -120,6 +93,41 @@ class SplitClient {
   }
 
  private:
+  // Throws OutOfMemory when the front (and tail) cannot fit on the device.
+  void check_memory(const OptimizerConfig& ocfg, int cut, int cut_back) const {
+    const int64_t work_batch = std::max(batch_, eval_batch_);
+    StageMemory need = stage_memory(spec_, 0, cut, ocfg, work_batch, 1, 1, ctx_.device.backend());
+    if (labels_on_client_) {
+      const StageMemory tail = stage_memory(spec_, cut_back, spec_.num_layers(), ocfg, work_batch, 1, 1, ctx_.device.backend());
+      need.params += tail.params;
+      need.grads += tail.grads;
+      need.optimizer += tail.optimizer;
+      need.activations += tail.activations;
+      need.workspace += tail.workspace;
+    }
+    const MemoryInfo mem = ctx_.device.memory();
+    if (need.total() > mem.free)
+      throw OutOfMemory(ctx_.options.name + " cannot host the split client part: it needs " + need.describe() +
+                        " but only " + format_mib(mem.free) + " is available");
+  }
+
+  // The test split, cut into the same shards as the training split (an app
+  // supplies its own test samples, or none: evaluation then covers 0 samples).
+  void load_test_split(int64_t limit_test) {
+    if (data_.supplied_test) {
+      const int64_t keep = limit_test > 0 ? std::min<int64_t>(limit_test, data_.supplied_test->size())
+                                          : data_.supplied_test->size();
+      std::vector<int64_t> first(static_cast<size_t>(keep));
+      std::iota(first.begin(), first.end(), int64_t{0});
+      test_ = subset(*data_.supplied_test, first);
+    } else if (!data_.supplied) try {
+      Dataset all = load_dataset(data_.dataset, data_.dataset_dir, /*train=*/false, limit_test);
+      test_ = subset(all, shard_indices(all, data_.shard, data_.num_shards, data_.partition, data_.seed));
+    } catch (const std::exception& e) {
+      log(LogLevel::kWarning, "cleaved " + ctx_.options.name + ": no test data for split evaluation: " + e.what());
+    }
+  }
+
   int64_t test_batches() const { return (test_.size() + eval_batch_ - 1) / eval_batch_; }
 
   std::optional<JobEnd> handle(const Command& c, uint64_t rid) {
