@@ -15,6 +15,32 @@
 
 namespace cleave {
 
+namespace {
+
+// Local DP on the cut layer (docs/privacy.md, "Local DP for split learning").
+void add_activation_noise_flags(CLI::App& cmd, SplitOptions& o) {
+  cmd.add_option("--activation-noise", o.activation_noise,
+                 "Local DP on the cut layer: each client adds Gaussian noise of stddev SIGMA*C to its clipped "
+                 "activations, in training and evaluation (0: off)")
+      ->capture_default_str()->check(flag_checks::non_negative());
+  cmd.add_option("--activation-clip", o.activation_clip,
+                 "With --activation-noise: clip each sample's cut-layer activation to this L2 norm C first")
+      ->capture_default_str()->check(flag_checks::positive());
+}
+
+// Throws UsageError for a flag given where it means nothing.
+void refuse_misplaced_flags(const CLI::App& cmd) {
+  // Flags of `cleave train` that mean nothing here: the clients own the data.
+  for (const char* name : {"--limit-train", "--max-steps", "--microbatches", "--dataset", "--dataset-dir", "--text"})
+    if (cmd.get_option(name)->count() > 0)
+      throw UsageError(std::string(name) + " does not apply to cleave split: the clients own the data; give it "
+                       "to them with cleaved --dataset/--dataset-dir/--shard/--limit-train");
+  if (cmd.get_option("--activation-clip")->count() > 0 && cmd.get_option("--activation-noise")->count() == 0)
+    throw UsageError("--activation-clip applies only with --activation-noise SIGMA (without noise nothing is clipped)");
+}
+
+}  // namespace
+
 void add_split_command(CLI::App& root) {
   auto* cmd = root.add_subcommand(
       "split", "Split learning: clients hold the first layers and their data, a server daemon the rest");
@@ -37,6 +63,7 @@ void add_split_command(CLI::App& root) {
   cmd->add_option("--server", o->server, "Name of the server daemon (default: the first daemon without data)");
   cmd->add_option("--eval-batch", o->eval_batch, "Test samples per evaluation batch")->capture_default_str()
       ->check(flag_checks::positive());
+  add_activation_noise_flags(*cmd, *o);
   add_coordinator_flags(*cmd, *o, "daemon");
   cmd->add_option("--peer-timeout", o->peer_timeout_ms, "A daemon silent this many ms fails the run")
       ->capture_default_str()->check(flag_checks::positive());
@@ -44,11 +71,7 @@ void add_split_command(CLI::App& root) {
       ->capture_default_str()->check(flag_checks::positive());
   cmd->add_flag("--shutdown-daemons", o->shutdown_daemons, "Tell the daemons to exit at the end");
   cmd->callback([cmd, flags, o]() {
-    // Flags of `cleave train` that mean nothing here: the clients own the data.
-    for (const char* name : {"--limit-train", "--max-steps", "--microbatches", "--dataset", "--dataset-dir", "--text"})
-      if (cmd->get_option(name)->count() > 0)
-        throw UsageError(std::string(name) + " does not apply to cleave split: the clients own the data; give it "
-                       "to them with cleaved --dataset/--dataset-dir/--shard/--limit-train");
+    refuse_misplaced_flags(*cmd);
     finish_train_flags(*flags);
     try {
       o->validate();

@@ -380,7 +380,7 @@ TEST_CASE("cleave split documents its flags and refuses data flags and bad layou
   REQUIRE(h.code == 0);
   for (const char* flag : {"--model", "--clients", "--labels", "--splitfed", "--cut", "--cut-back", "--encoding",
                            "--server", "--epochs", "--batch", "--optimizer", "--lr", "--seed", "--limit-test", "--key",
-                           "--allow", "--listen", "--json"}) {
+                           "--allow", "--listen", "--json", "--activation-noise", "--activation-clip"}) {
     INFO(flag);
     CHECK(h.output.find(std::string(flag) + " ") != std::string::npos);
   }
@@ -390,6 +390,16 @@ TEST_CASE("cleave split documents its flags and refuses data flags and bad layou
   require_usage_error("split --model '" + kCnn + "' --insecure --labels both", {"--labels"});
   require_usage_error("split --model '" + kCnn + "' --insecure --cut-back 8", {"--cut-back", "--labels client"});
   require_usage_error("split --model '" + kCnn + "'", {"--key", "--allow"});
+  // Local DP on the cut layer: a noise below 0 or not finite, a clip that is not positive, a clip without noise.
+  require_usage_error("split --model '" + kCnn + "' --insecure --activation-noise -1", {"--activation-noise"});
+  require_usage_error("split --model '" + kCnn + "' --insecure --activation-noise nan", {"--activation-noise"});
+  require_usage_error("split --model '" + kCnn + "' --insecure --activation-noise inf", {"--activation-noise"});
+  require_usage_error("split --model '" + kCnn + "' --insecure --activation-noise 1 --activation-clip 0",
+                      {"--activation-clip"});
+  require_usage_error("split --model '" + kCnn + "' --insecure --activation-noise 1 --activation-clip -2",
+                      {"--activation-clip"});
+  require_usage_error("split --model '" + kCnn + "' --insecure --activation-clip 2",
+                      {"--activation-clip", "--activation-noise"});
   // An impossible cut is refused before anything listens or waits.
   require_usage_error("split --model '" + kCnn + "' --insecure --listen tcp://127.0.0.1:* --cut 10 --register-timeout 60000",
                 {"--cut 10", "[1, 9]"});

@@ -35,6 +35,19 @@ void SplitOptions::validate() const {
   if (cut_back >= 0 && labels != "client") bad("--cut-back applies to --labels client (U-shaped) only");
   (void)transport::parse_encoding(encoding);
   if (eval_batch < 1) bad("--eval-batch must be positive");
+  // The job carries both as float, and the noise's stddev is their product: a
+  // value that does not survive that is refused here, not by every client.
+  const auto noise = static_cast<float>(activation_noise), clip = static_cast<float>(activation_clip);
+  auto num = [](double v) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%g", v);
+    return std::string(buf);
+  };
+  if (!std::isfinite(noise) || !(noise >= 0))
+    bad("--activation-noise must be a finite float >= 0, got " + num(activation_noise));
+  if (!std::isfinite(clip) || !(clip > 0))
+    bad("--activation-clip must be a finite float > 0, got " + num(activation_clip));
+  if (!std::isfinite(noise * clip)) bad("--activation-noise times --activation-clip is too large for a float");
   if (!(epoch_timeout_s > 0)) bad("--epoch-timeout must be positive");
 }
 
@@ -317,6 +330,10 @@ void SplitDriver::set_up() {
                  layout_.has_tail() ? (" and " + std::to_string(layout_.cut_back) + ".." + std::to_string(spec_.num_layers() - 1)).c_str() : "",
                  layout_.server_begin(), layout_.server_end() - 1, opts_.labels.c_str(), encoding_name(encoding_),
                  opts_.splitfed ? ", SplitFed averaging" : "");
+  if (cfg_.progress && opts_.activation_noise > 0)
+    std::fprintf(stderr, "cleave split: local DP on the cut layer: each activation row clipped to L2 norm %g, "
+                 "Gaussian noise of stddev %g added\n", opts_.activation_clip,
+                 opts_.activation_noise * opts_.activation_clip);
 }
 
 SplitJob SplitDriver::common_job() const {
@@ -363,6 +380,10 @@ void SplitDriver::assign_clients(const SplitJob& common, const nlohmann::json& e
     job.client_index = static_cast<int32_t>(i);
     job.limit_test = cfg_.limit_test;
     if (layout_.has_tail()) job.cut_back = layout_.cut_back;
+    if (opts_.activation_noise > 0) {  // off: both stay 0, and the client sends its activations as they are
+      job.activation_noise = static_cast<float>(opts_.activation_noise);
+      job.activation_clip = static_cast<float>(opts_.activation_clip);
+    }
     AssignMsg a;
     a.stage = 0;
     a.num_stages = layout_.has_tail() ? 3 : 2;
@@ -547,6 +568,10 @@ nlohmann::json SplitDriver::result(const nlohmann::json& rounds, const nlohmann:
   out["batch"] = cfg_.batch;
   out["seed"] = cfg_.seed;
   out["optimizer"] = ocfg_.to_json();
+  if (opts_.activation_noise > 0) {
+    out["activation_noise"] = opts_.activation_noise;
+    out["activation_clip"] = opts_.activation_clip;
+  }
   out["steps"] = losses_.size();
   out["losses"] = losses_;
   out["rounds"] = rounds;

@@ -33,6 +33,11 @@ struct SplitOptions {
   std::string encoding = "f32";     // cut-layer link: f32 | f16 | int8 (labels always f32)
   std::string server;               // name of the server daemon ("": the first daemon without data)
   int64_t eval_batch = 256;
+  // Local DP on the cut layer (activation_noise.h): each client clips every
+  // sample's activation row to L2 norm activation_clip and adds Gaussian noise
+  // of standard deviation activation_noise * activation_clip before it leaves.
+  double activation_noise = 0;      // SIGMA: 0 is off (no clip either)
+  double activation_clip = 1.0;     // C, > 0
   std::string key_path;             // coordinator's secret key
   std::string allow_path;           // directory of admitted .pub files (or one file)
   std::string listen = "tcp://*:7000";
@@ -54,6 +59,7 @@ struct SplitOptions {
 // batch in the server's order), rounds [{round, accuracy, loss, train_loss,
 // steps, cut_bytes_up, cut_bytes_down, eval_bytes_up, eval_bytes_down,
 // seconds}], test_accuracy, test_loss, samples_per_sec, wall_seconds,
+// activation_noise and activation_clip (with --activation-noise > 0),
 // devices, messages_from_clients (kinds each client sent the coordinator) and
 // cut_layer_messages (kinds and per-sample shapes each client sent the
 // server, as the server recorded them). Throws std::runtime_error with a

@@ -11,6 +11,7 @@
 #include "core/nn/loss.h"
 #include "core/optim/optimizer.h"
 #include "core/planner/memory_model.h"
+#include "core/runtime/daemon/activation_noise.h"
 #include "core/runtime/daemon/split_job.h"
 #include "core/runtime/daemon/split_link.h"
 #include "core/runtime/common/wire.h"
@@ -43,6 +44,7 @@ class SplitClient {
     batch_ = job.batch;
     eval_batch_ = job.eval_batch;
     if (batch_ < 1 || eval_batch_ < 1) throw std::invalid_argument("batch sizes must be positive");
+    set_activation_noise(job);
     const int cut = a.layer_end, cut_back = job.cut_back >= 0 ? job.cut_back : spec_.num_layers();
     if (a.layer_begin != 0 || cut < 1 || cut >= spec_.num_layers() || (labels_on_client_ && (cut_back <= cut || cut_back >= spec_.num_layers())))
       throw std::invalid_argument("bad split layout: front [" + std::to_string(a.layer_begin) + ", " + std::to_string(cut) +
@@ -54,20 +56,7 @@ class SplitClient {
     OptimizerConfig ocfg = from_wire(a.optimizer);
     loader_ = std::make_unique<BatchLoader>(train_, batch_, /*shuffle=*/true, seed_ + static_cast<uint64_t>(index_));
     if (ocfg.total_steps == 0) ocfg.total_steps = loader_->batches_per_epoch() * job.epochs;
-    const int64_t work_batch = std::max(batch_, eval_batch_);
-    StageMemory need = stage_memory(spec_, 0, cut, ocfg, work_batch, 1, 1, ctx_.device.backend());
-    if (labels_on_client_) {
-      const StageMemory tail = stage_memory(spec_, cut_back, spec_.num_layers(), ocfg, work_batch, 1, 1, ctx_.device.backend());
-      need.params += tail.params;
-      need.grads += tail.grads;
-      need.optimizer += tail.optimizer;
-      need.activations += tail.activations;
-      need.workspace += tail.workspace;
-    }
-    const MemoryInfo mem = ctx_.device.memory();
-    if (need.total() > mem.free)
-      throw OutOfMemory(ctx_.options.name + " cannot host the split client part: it needs " + need.describe() +
-                        " but only " + format_mib(mem.free) + " is available");
+    check_memory(ocfg, cut, cut_back);
     front_ = std::make_unique<Partition>(ctx_.device, spec_, 0, cut);
     front_->init(seed_);
     front_->zero_grad();
@@ -78,21 +67,7 @@ class SplitClient {
       tail_->zero_grad();
       tail_opt_ = std::make_unique<Optimizer>(ctx_.device, ocfg, tail_->param_count());
     }
-    // The test split, cut into the same shards as the training split (an app
-    // supplies its own test samples, or none).
-    const int64_t limit_test = job.limit_test;
-    if (data_.supplied_test) {
-      const int64_t keep = limit_test > 0 ? std::min<int64_t>(limit_test, data_.supplied_test->size())
-                                          : data_.supplied_test->size();
-      std::vector<int64_t> first(static_cast<size_t>(keep));
-      std::iota(first.begin(), first.end(), int64_t{0});
-      test_ = subset(*data_.supplied_test, first);
-    } else if (!data_.supplied) try {
-      Dataset all = load_dataset(data_.dataset, data_.dataset_dir, /*train=*/false, limit_test);
-      test_ = subset(all, shard_indices(all, data_.shard, data_.num_shards, data_.partition, data_.seed));
-    } catch (const std::exception& e) {
-      log(LogLevel::kWarning, "cleaved " + ctx_.options.name + ": no test data for split evaluation: " + e.what());
-    }
+    load_test_split(job.limit_test);
     // The cut-layer link: straight to the server, never through the coordinator.
     if (!a.next) throw std::invalid_argument("the split assignment names no server");
     ClientOptions lo;
@@ -120,6 +95,41 @@ class SplitClient {
   }
 
  private:
+  // Throws OutOfMemory when the front (and tail) cannot fit on the device.
+  void check_memory(const OptimizerConfig& ocfg, int cut, int cut_back) const {
+    const int64_t work_batch = std::max(batch_, eval_batch_);
+    StageMemory need = stage_memory(spec_, 0, cut, ocfg, work_batch, 1, 1, ctx_.device.backend());
+    if (labels_on_client_) {
+      const StageMemory tail = stage_memory(spec_, cut_back, spec_.num_layers(), ocfg, work_batch, 1, 1, ctx_.device.backend());
+      need.params += tail.params;
+      need.grads += tail.grads;
+      need.optimizer += tail.optimizer;
+      need.activations += tail.activations;
+      need.workspace += tail.workspace;
+    }
+    const MemoryInfo mem = ctx_.device.memory();
+    if (need.total() > mem.free)
+      throw OutOfMemory(ctx_.options.name + " cannot host the split client part: it needs " + need.describe() +
+                        " but only " + format_mib(mem.free) + " is available");
+  }
+
+  // The test split, cut into the same shards as the training split (an app
+  // supplies its own test samples, or none: evaluation then covers 0 samples).
+  void load_test_split(int64_t limit_test) {
+    if (data_.supplied_test) {
+      const int64_t keep = limit_test > 0 ? std::min<int64_t>(limit_test, data_.supplied_test->size())
+                                          : data_.supplied_test->size();
+      std::vector<int64_t> first(static_cast<size_t>(keep));
+      std::iota(first.begin(), first.end(), int64_t{0});
+      test_ = subset(*data_.supplied_test, first);
+    } else if (!data_.supplied) try {
+      Dataset all = load_dataset(data_.dataset, data_.dataset_dir, /*train=*/false, limit_test);
+      test_ = subset(all, shard_indices(all, data_.shard, data_.num_shards, data_.partition, data_.seed));
+    } catch (const std::exception& e) {
+      log(LogLevel::kWarning, "cleaved " + ctx_.options.name + ": no test data for split evaluation: " + e.what());
+    }
+  }
+
   int64_t test_batches() const { return (test_.size() + eval_batch_ - 1) / eval_batch_; }
 
   std::optional<JobEnd> handle(const Command& c, uint64_t rid) {
@@ -172,7 +182,8 @@ class SplitClient {
           DropoutKey(seed_ + static_cast<uint64_t>(index_), static_cast<uint64_t>(train_steps_)).microbatch_seed(0);
       double step_loss = std::nan("");
       Tensor a = front_->forward(x, 0, /*training=*/true, dropout_seed);
-      link_->send(TensorKind::kActivation, seq_, a);
+      std::vector<float> clip_scales;
+      link_->send(TensorKind::kActivation, seq_, released(a, clip_scales));
       if (!labels_on_client_) {
         link_->send(TensorKind::kLabels, seq_, t);  // vanilla: the labels go to the server
       } else {
@@ -193,7 +204,7 @@ class SplitClient {
         ctx_.channel.send(message_of(mm));
       }
       Tensor da = link_->receive(TensorKind::kGradient, seq_, front_->output_shape(), bt.size);
-      front_->backward(da, 0, /*need_dx=*/false);
+      front_->backward(through_clip(da, clip_scales), 0, /*need_dx=*/false);
       apply_gradients(*front_, *front_opt_);
       ctx_.progress("split", train_steps_, step_loss);  // the loss only where this client computes it (U-shaped)
       ++seq_;
@@ -219,7 +230,8 @@ class SplitClient {
       Tensor t(dev, classify ? Shape{n} : batched(n, spec_.output()));
       t.from_host(test_.y.data() + lo * (classify ? 1 : numel(spec_.output())));
       Tensor a = front_->forward(x, 0, /*training=*/false);
-      link_->send(TensorKind::kActivation, seq_, a);
+      std::vector<float> clip_scales;  // no backward: unused
+      link_->send(TensorKind::kActivation, seq_, released(a, clip_scales));
       Tensor z = link_->receive(TensorKind::kActivation, seq_, tail_ ? tail_->input_shape() : spec_.output(), n);
       ++seq_;
       if (tail_) z = tail_->forward(z, 0, /*training=*/false);
@@ -239,6 +251,46 @@ class SplitClient {
     ctx_.channel.send(message_of(mm));
   }
 
+
+  // Local DP on the cut layer (activation_noise.h), when the job asks for it.
+  void set_activation_noise(const SplitJob& job) {
+    act_noise_ = job.activation_noise;
+    act_clip_ = job.activation_clip;
+    if (!std::isfinite(act_noise_) || act_noise_ < 0 || (act_noise_ > 0 && !(std::isfinite(act_clip_) && act_clip_ > 0)))
+      throw std::invalid_argument("bad cut-layer noise: activation_noise and a positive activation_clip are needed");
+    if (act_noise_ > 0) noise_ = std::make_unique<NoiseSource>();  // from the OS, never from the run's seed
+  }
+
+  // What leaves the device for the front's output `a`: `a` itself without
+  // noise; with it, a new tensor of the clipped and noised rows (the front
+  // keeps `a`, which its backward may read), and `scales` the rows' clip factors.
+  // Evaluation batches too: local DP must hold for every release, and the
+  // server cannot tell a test batch from a training one.
+  Tensor released(const Tensor& a, std::vector<float>& scales) {
+    if (!noise_) return a;
+    std::vector<float> v = a.to_host();
+    scales = clip_and_noise(v, numel(front_->output_shape()), act_clip_, act_noise_, *noise_);
+    Tensor out(ctx_.device, a.shape());
+    out.from_host(v);
+    return out;
+  }
+
+  // The server's gradient is with respect to the released rows. The noise is
+  // additive, so it passes unchanged; through the clip each row's scale
+  // s = min(1, C / |a|) is held constant and the front gets s * da (the usual
+  // treatment of a norm clip). The exact Jacobian of a clipped row,
+  // s (I - u u^T) with u = a / |a|, would also remove the gradient's component
+  // along a, since changing |a| does not move a row that stays clipped;
+  // holding s passes that component on, so the front may grow or shrink |a|
+  // as well, which changes nothing the server sees while |a| > C. It keeps
+  // the backward a per-row scale on the host, exact for every row within the clip.
+  Tensor through_clip(Tensor da, const std::vector<float>& scales) {
+    if (!noise_) return da;
+    std::vector<float> g = da.to_host();
+    scale_rows(g, numel(front_->output_shape()), scales);
+    da.from_host(g);  // `da` is the link's fresh tensor: nobody else holds it
+    return da;
+  }
 
   void send_weights(int stage, const Partition& p, uint64_t rid) {
     auto values = std::make_shared<std::vector<float>>(p.params().to_host());
@@ -275,6 +327,8 @@ class SplitClient {
   std::unique_ptr<Partition> front_, tail_;
   std::unique_ptr<Optimizer> front_opt_, tail_opt_;
   std::unique_ptr<SplitLink> link_;
+  float act_noise_ = 0, act_clip_ = 0;  // SIGMA and C of the cut-layer noise (0: off)
+  std::unique_ptr<NoiseSource> noise_;  // set when act_noise_ > 0
   int64_t seq_ = 0, train_steps_ = 0, samples_last_round_ = 0;
 };
 
