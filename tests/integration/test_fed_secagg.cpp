@@ -57,7 +57,8 @@ TrainConfig secagg_config(const std::string& model, const std::string& save) {
 // (secure: after sharing keys, before masking) or "unmask" (secure: after its
 // masked update). Returns the result JSON (throws what train_federated throws).
 nlohmann::json run(cleave::test::TempDir& dir, const std::string& name, bool secure, int rounds,
-                   const std::map<int, std::string>& kill_at = {}, const std::string& save = "") {
+                   const std::map<int, std::string>& kill_at = {}, const std::string& save = "",
+                   const std::string& strategy = "fedavg") {
   const std::string model = dir.file("small.json");
   cli_test::write_text(model, cleave::testing::kPrivacyMlp);
   DaemonCluster cluster(kClients);
@@ -68,6 +69,8 @@ nlohmann::json run(cleave::test::TempDir& dir, const std::string& name, bool sec
   o.round_timeout_s = 60;
   o.peer_timeout_ms = 3000;
   o.secure_aggregation = secure;
+  o.strategy = strategy;
+  o.mu = 0.1;
   std::map<int, pid_t> pids;
   o.on_listening = [&](const std::string& ep) {
     for (int i = 1; i <= kClients; ++i)
@@ -138,6 +141,14 @@ TEST_CASE("fed: a secure round equals plain FedAvg within the quantization bound
   check_audit(secure);
   CHECK(secure["rounds"][0]["participants"] == kClients);
   CHECK(plain["rounds"][0]["participants"] == kClients);
+  // FedProx: the same sample-weighted mean of updates trained with the proximal term.
+  run(dir, "plain-prox", false, 1, {}, "", "fedprox");
+  const nlohmann::json prox = run(dir, "secure-prox", true, 1, {}, "", "fedprox");
+  CHECK(prox["strategy"] == "fedprox");
+  check_within_bound(saved_params(dir, "secure-prox"), saved_params(dir, "plain-prox"),
+                     prox["rounds"][0]["secagg"]["quantization_bound"].get<double>());
+  // and not the FedAvg model: the proximal term changed the training
+  CHECK(saved_params(dir, "secure-prox") != saved_params(dir, "secure"));
 }
 
 TEST_CASE("fed: secure aggregation survives a client dropping before masking and another after",
@@ -182,7 +193,7 @@ TEST_CASE("fed: fewer than t clients left to reveal stop the run and keep the pr
   CHECK(st.rounds_done == 1);  // round 1's model, not a half-unmasked one
 }
 
-TEST_CASE("fed: secure aggregation with DP reports epsilon; bad combinations are refused",
+TEST_CASE("fed: secure aggregation with DP reports epsilon, and bad combinations are refused",
           "[integration][fed][secagg][privacy]") {
   CLEAVE_SKIP_UNLESS_FASHION_MNIST();
   cleave::test::TempDir dir;
