@@ -77,16 +77,10 @@ void fill_checked(const AppData& app, const char* what, const int64_t* indices, 
   if (got != count)
     throw DataCallbackError(the + " returned short: " + std::to_string(got) + " of " + std::to_string(count) + " " +
                             describe(indices, count));
-  for (int64_t k = 0; k < count; ++k) {
-    const float v = y[k];
-    const bool ok = app.num_classes > 0 ? (v >= 0.0f && v < static_cast<float>(app.num_classes) && v == std::floor(v))
-                                        : std::isfinite(v);
-    if (!ok)
-      throw DataCallbackError(the + " gave invalid samples: the label " + std::to_string(v) + " of sample " +
-                              std::to_string(indices[k]) + " is not " +
-                              (app.num_classes > 0 ? "a class in [0, " + std::to_string(app.num_classes) + ")"
-                                                   : std::string("a finite number")));
-  }
+  for (int64_t k = 0; k < count; ++k)
+    if (const std::string why = cleave::label_refusal(y[k], app.num_classes); !why.empty())
+      throw DataCallbackError(the + " gave invalid samples: the label " + std::to_string(y[k]) + " of sample " +
+                              std::to_string(indices[k]) + " is " + why);
 }
 
 // The app's samples as a dataset: read once through the callback, 256 at a

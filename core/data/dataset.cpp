@@ -169,14 +169,17 @@ void check_dataset(const Dataset& data) {
                              std::to_string(want) + " (" + std::to_string(data.size()) + " samples of " +
                              std::to_string(data.sample_numel()) + ")");
   if (data.num_classes > 0) {
-    for (size_t i = 0; i < data.y.size(); ++i) {
-      const float v = data.y[i];
-      if (!(v >= 0.0f) || v >= static_cast<float>(data.num_classes) || v != std::floor(v))
+    for (size_t i = 0; i < data.y.size(); ++i)
+      if (const std::string why = label_refusal(data.y[i], data.num_classes); !why.empty())
         throw std::runtime_error(who + ": sample " + std::to_string(static_cast<int64_t>(i) / data.target_numel()) +
-                                 " has label " + std::to_string(v) + ", not a class in [0, " +
-                                 std::to_string(data.num_classes) + ")");
-    }
+                                 " has label " + std::to_string(data.y[i]) + ", " + why);
   }
+}
+
+std::string label_refusal(float label, int64_t num_classes) {
+  if (num_classes <= 0) return std::isfinite(label) ? "" : "not a finite number";
+  if (label >= 0.0f && label < static_cast<float>(num_classes) && label == std::floor(label)) return "";
+  return "not a class in [0, " + std::to_string(num_classes) + ")";
 }
 
 std::string find_fashion_mnist(const std::string& dir_override) {

@@ -64,6 +64,11 @@ struct Dataset {
 // fetches them checks them.
 void check_dataset(const Dataset& data);
 
+// "" when `label` is a valid target for a dataset of `num_classes` classes (a
+// whole number in [0, num_classes); any finite number when num_classes is 0,
+// a regression target), else what it is not ("not a class in [0, 10)").
+std::string label_refusal(float label, int64_t num_classes);
+
 // Reads an IDX image file and an IDX label file (gzip or uncompressed, detected
 // by content). Images: unsigned-byte IDX with 2, 3 or 4 dimensions (N, ...);
 // samples get shape (features), (1, rows, cols) or (d1, d2, d3) and are scaled
