@@ -23,6 +23,36 @@ void Registry::declare(const std::string& name, MetricType type, const std::stri
   order_.push_back(name);
 }
 
+void Registry::declare_table(std::string_view table) {
+  struct Row {
+    std::string name, type, help;
+  };
+  std::vector<Row> rows;
+  while (!table.empty()) {
+    const size_t end = table.find('\n');
+    std::string_view line = table.substr(0, end);
+    table = end == std::string_view::npos ? std::string_view() : table.substr(end + 1);
+    if (line.find_first_not_of(' ') == std::string_view::npos) continue;
+    if (line.front() == ' ') {  // the help goes on
+      if (rows.empty()) throw std::invalid_argument("metrics table: a continued help before any metric");
+      rows.back().help += ' ';  // (appended, not "+": GCC 12's -Wrestrict false positive)
+      rows.back().help += line.substr(line.find_first_not_of(' '));
+      continue;
+    }
+    const size_t sp1 = line.find(' ');
+    const size_t sp2 = sp1 == std::string_view::npos ? sp1 : line.find(' ', sp1 + 1);
+    if (sp2 == std::string_view::npos)
+      throw std::invalid_argument("metrics table: '" + std::string(line) + "' is not NAME TYPE HELP");
+    rows.push_back({std::string(line.substr(0, sp1)), std::string(line.substr(sp1 + 1, sp2 - sp1 - 1)),
+                    std::string(line.substr(sp2 + 1))});
+  }
+  for (const Row& r : rows) {
+    if (r.type != "counter" && r.type != "gauge")
+      throw std::invalid_argument("metrics table: " + r.name + ": type '" + r.type + "' is not counter or gauge");
+    declare(r.name, r.type == "counter" ? MetricType::counter : MetricType::gauge, r.help);
+  }
+}
+
 Registry::Family& Registry::family(const std::string& name) {
   auto it = families_.find(name);
   if (it == families_.end()) throw std::invalid_argument("metric '" + name + "' was not declared");

@@ -19,6 +19,7 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -39,6 +40,11 @@ class Registry {
   // first help stays). Throws std::invalid_argument for a name the format
   // does not allow, a counter not ending in "_total", or another type.
   void declare(const std::string& name, MetricType type, const std::string& help);
+  // Declares one family per line of `table`: "NAME TYPE HELP...", TYPE
+  // `counter` or `gauge`; a line that starts with a space continues the help
+  // of the line before; blank lines are skipped. Throws as declare() does, and
+  // std::invalid_argument for a line without a name, a type and a help.
+  void declare_table(std::string_view table);
 
   // The sample of `name` with `labels` becomes `value` / grows by `delta`
   // (a counter never shrinks: a negative delta is ignored). Throws

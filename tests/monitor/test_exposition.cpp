@@ -124,3 +124,19 @@ TEST_CASE("running totals turn counts that start again into growth", "[monitor]"
   CHECK(t.advance("link", 500) == 500);  // a new job's link counts from its start
   CHECK(t.advance("other", 7) == 7);
 }
+
+TEST_CASE("a metrics table declares one family per line, help continued on indented lines", "[monitor]") {
+  Registry r;
+  r.declare_table(R"(
+demo_jobs_total counter Jobs that ended,
+  by kind.
+demo_up gauge 1 while up.
+)");
+  CHECK(r.render() ==
+        "# HELP demo_jobs_total Jobs that ended, by kind.\n# TYPE demo_jobs_total counter\n"
+        "# HELP demo_up 1 while up.\n# TYPE demo_up gauge\n");
+  CHECK_THROWS_WITH(r.declare_table("demo_x histogram Nope."), Catch::Contains("'histogram' is not counter or gauge"));
+  CHECK_THROWS_WITH(r.declare_table("demo_y gauge"), Catch::Contains("is not NAME TYPE HELP"));
+  CHECK_THROWS_WITH(r.declare_table("  orphan help"), Catch::Contains("before any metric"));
+  CHECK_THROWS_AS(r.declare_table("demo_count counter Not ending in _total."), std::invalid_argument);
+}

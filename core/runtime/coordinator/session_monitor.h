@@ -35,8 +35,8 @@ class CoordinatorMonitor {
   // Declares the metrics and serves them at `listen` (HOST:PORT); logs "WHO:
   // metrics on http://HOST:PORT/metrics", and a warning when the address is
   // reachable from other machines (no authentication). Throws
-  // std::runtime_error("--metrics-listen: cannot serve metrics on ADDR: WHY")
-  // when it cannot listen, std::invalid_argument when `listen` is not HOST:PORT.
+  // std::runtime_error("--metrics-listen: ...") when `listen` is not
+  // HOST:PORT or cannot be listened on (metrics_endpoint.h).
   CoordinatorMonitor(const std::string& listen, const std::string& who);
   ~CoordinatorMonitor();
   CoordinatorMonitor(const CoordinatorMonitor&) = delete;

@@ -2,74 +2,40 @@
 // listed in docs/monitoring.md (keep the two together).
 #include "core/runtime/daemon/daemon_monitor.h"
 
-#include "cleave/version.h"
-
-#include <chrono>
-#include <stdexcept>
-
-#include "core/monitor/exposition.h"
 #include "core/monitor/http_server.h"
-#include "core/monitor/listen_address.h"
+#include "core/runtime/common/metrics_endpoint.h"
 #include "core/runtime/daemon/job_channel.h"
 #include "device/device.h"
 #include "transport/endpoint.h"
-#include "transport/log.h"
 
 namespace cleave {
 namespace {
 
-using monitor::MetricType;
-
-struct Metric {
-  const char* name;
-  MetricType type;
-  const char* help;
-};
-
-constexpr Metric kMetrics[] = {
-    {"cleaved_build_info", MetricType::gauge, "Always 1: the cleave version this daemon runs is the label."},
-    {"cleaved_device_info", MetricType::gauge, "Always 1: the daemon's name, backend and device are the labels."},
-    {"cleaved_start_time_seconds", MetricType::gauge, "When the daemon started (seconds since the Unix epoch)."},
-    {"cleaved_coordinator_connected", MetricType::gauge,
-     "1 while the daemon holds an authenticated connection to the coordinator."},
-    {"cleaved_busy", MetricType::gauge, "1 while a job runs, 0 between jobs."},
-    {"cleaved_current_job", MetricType::gauge,
-     "1 with the running job's kind (stage, fed, split) as the label; no sample between jobs."},
-    {"cleaved_jobs_total", MetricType::counter,
-     "Jobs that ended, by kind and outcome (finished, shutdown, abandoned, refused)."},
-    {"cleaved_job_step", MetricType::gauge,
-     "The step (stage, split) or round (fed) the running or last job finished last, numbered as on the wire "
-     "(from 0); -1 before the first."},
-    {"cleaved_steps_total", MetricType::counter, "Steps (stage, split) or rounds (fed) finished, by job kind."},
-    {"cleaved_link_bytes_sent_total", MetricType::counter,
-     "Bytes sent per link: to the coordinator, messages (headers and payloads, before encryption); to the "
-     "previous or next pipeline stage, tensor payloads as encoded."},
-    {"cleaved_link_bytes_received_total", MetricType::counter,
-     "Bytes received per link, counted as for cleaved_link_bytes_sent_total."},
-    {"cleaved_refused_connections_total", MetricType::counter,
-     "Failed connection handshakes per link: with the coordinator (a wrong --coordinator-key, or this device's key "
-     "not on its allow-list), and of peers dialling this stage's endpoint."},
-    {"cleaved_rejected_messages_total", MetricType::counter,
-     "Messages from the coordinator that failed validation (dropped and logged)."},
-    {"cleaved_device_memory_total_bytes", MetricType::gauge, "The device's memory (or --memory-limit)."},
-    {"cleaved_device_memory_free_bytes", MetricType::gauge, "The device's memory that is free now."},
-    {"cleaved_device_memory_used_bytes", MetricType::gauge,
-     "Bytes the daemon has allocated on its device now (what --memory-limit counts)."},
-    {"cleaved_device_memory_peak_bytes", MetricType::gauge,
-     "The most bytes allocated at once since the daemon started or the running or last pipeline stage began; "
-     "0 where the backend does not track it."},
-    {"cleaved_errors_total", MetricType::counter,
-     "Errors the daemon reported to the coordinator or ended a job with."},
-    {"cleaved_last_error_info", MetricType::gauge,
-     "1 with the last error's message (control characters removed, at most 256 bytes) as the label; no sample "
-     "before the first."},
-    {"cleaved_last_error_timestamp_seconds", MetricType::gauge,
-     "When the last error happened (seconds since the Unix epoch); 0 before the first."},
-};
-
-double unix_now() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
+// The daemon's own metrics (declare_table's format; docs/monitoring.md says
+// more). declare_process_metrics adds build info, start time and errors.
+constexpr const char* kPrefix = "cleaved";
+constexpr const char* kMetrics = R"(
+cleaved_device_info gauge Always 1: the daemon's name, backend and device are the labels.
+cleaved_coordinator_connected gauge 1 while the daemon holds an authenticated connection to the coordinator.
+cleaved_busy gauge 1 while a job runs, 0 between jobs.
+cleaved_current_job gauge 1 with the running job's kind (stage, fed, split) as the label;
+  no sample between jobs.
+cleaved_jobs_total counter Jobs that ended, by kind and outcome (finished, shutdown, abandoned, refused).
+cleaved_job_step gauge The step (stage, split) or round (fed) the running or last job finished last,
+  numbered as on the wire (from 0); -1 before the first.
+cleaved_steps_total counter Steps (stage, split) or rounds (fed) finished, by job kind.
+cleaved_link_bytes_sent_total counter Bytes sent per link: to the coordinator, messages (headers and payloads,
+  before encryption); to the previous or next pipeline stage, tensor payloads as encoded.
+cleaved_link_bytes_received_total counter Bytes received per link, counted as for cleaved_link_bytes_sent_total.
+cleaved_refused_connections_total counter Failed connection handshakes per link: with the coordinator (a wrong
+  --coordinator-key, or this device's key not on its allow-list), and of peers dialling this stage's endpoint.
+cleaved_rejected_messages_total counter Messages from the coordinator that failed validation (dropped and logged).
+cleaved_device_memory_total_bytes gauge The device's memory (or --memory-limit).
+cleaved_device_memory_free_bytes gauge The device's memory that is free now.
+cleaved_device_memory_used_bytes gauge Bytes the daemon has allocated on its device now (what --memory-limit counts).
+cleaved_device_memory_peak_bytes gauge The most bytes allocated at once since the daemon started or the running
+  or last pipeline stage began; 0 where the backend does not track it.
+)";
 
 const char* outcome_of(const DaemonEvent& e) { return e.outcome.empty() ? "finished" : e.outcome.c_str(); }
 
@@ -77,25 +43,11 @@ const char* outcome_of(const DaemonEvent& e) { return e.outcome.empty() ? "finis
 
 DaemonMonitor::DaemonMonitor(const DaemonOptions& options)
     : name_(options.name), coordinator_address_(options.coordinator) {
-  for (const Metric& m : kMetrics) registry_.declare(m.name, m.type, m.help);
-  registry_.set("cleaved_build_info", {{"version", CLEAVE_VERSION_STRING}}, 1);
-  registry_.set("cleaved_start_time_seconds", {}, unix_now());
+  declare_process_metrics(registry_, kPrefix, "what the daemon sent the coordinator or ended a job with.");
+  registry_.declare_table(kMetrics);
   registry_.set("cleaved_busy", {}, 0);
   registry_.set("cleaved_job_step", {}, -1);
-  registry_.set("cleaved_errors_total", {}, 0);
-  registry_.set("cleaved_last_error_timestamp_seconds", {}, 0);
-  const std::string who = "cleaved " + options.name + ": ";
-  try {
-    server_ = std::make_unique<monitor::MetricsServer>(monitor::parse_listen_address(options.metrics_listen),
-                                                       [this] { return registry_.render(); });
-  } catch (const std::exception& e) {
-    throw std::runtime_error(std::string("--metrics-listen: ") + e.what());
-  }
-  transport::log(transport::LogLevel::kInfo, who + "metrics on " + server_->url());
-  if (!server_->loopback())
-    transport::log(transport::LogLevel::kWarning,
-                   who + "the metrics endpoint " + server_->url() + " has no authentication: anyone who can reach it "
-                   "can read this daemon's state; bind it to 127.0.0.1 or firewall the port");
+  server_ = serve_metrics(registry_, options.metrics_listen, "cleaved " + options.name, "this daemon's");
 }
 
 DaemonMonitor::~DaemonMonitor() = default;
@@ -162,11 +114,7 @@ void DaemonMonitor::link_traffic(const std::string& link, const std::string& pee
                 link_totals_.advance(key + "/refused", refused_connections));
 }
 
-void DaemonMonitor::error(const std::string& text) {
-  registry_.add("cleaved_errors_total", {}, 1);
-  registry_.set_only("cleaved_last_error_info", {{"message", monitor::sanitize_label_text(text)}}, 1);
-  registry_.set("cleaved_last_error_timestamp_seconds", {}, unix_now());
-}
+void DaemonMonitor::error(const std::string& text) { record_error(registry_, kPrefix, text); }
 
 std::unique_ptr<DaemonMonitor> start_daemon_monitor(DaemonOptions& options) {
   if (options.metrics_listen.empty()) return nullptr;
