@@ -84,6 +84,10 @@ class Device {
   // own scratch, counted as requested (what --memory-limit counts). 0 when the
   // backend does not track it (unknown, not "nothing").
   virtual size_t peak_bytes_in_use() const { return 0; }
+  // The bytes this device has allocated now, counted as peak_bytes_in_use
+  // counts them (0 when the backend does not track it). Safe to call from
+  // any thread (a metrics scrape reads it while a job runs).
+  virtual size_t bytes_in_use() const { return 0; }
   // Starts a new peak from the bytes in use now.
   virtual void reset_peak() {}
 

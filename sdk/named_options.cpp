@@ -10,6 +10,7 @@
 #include <string>
 
 #include "core/data/shard.h"
+#include "core/monitor/listen_address.h"
 #include "core/runtime/daemon/fed_client.h"
 #include "sdk/internal.h"
 #include "transport/keys.h"
@@ -118,6 +119,10 @@ void add_daemon_setters(std::map<std::string, Setter>& t) {
     o.daemon.coordinator_timeout_ms = static_cast<int>(integer_in(v, 1, std::numeric_limits<int>::max()));
   };
   t["insecure"] = [](cleave_options& o, const std::string& v) { o.daemon.insecure = switch_value(v); };
+  t["metrics-listen"] = [](cleave_options& o, const std::string& v) {
+    cleave::monitor::parse_listen_address(v);  // throws saying what HOST:PORT is; binding waits for the start
+    o.daemon.metrics_listen = v;
+  };
   t["log-level"] = [](cleave_options& o, const std::string& v) {
     cleave::sdk::log_level_named(v);
     o.log_level = v;

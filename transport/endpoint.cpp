@@ -127,6 +127,7 @@ struct ServerEndpoint::Impl {
     int fd = -1;
     Clock::time_point last_seen;
     bool connected = false;
+    PeerTraffic traffic;
   };
   std::map<std::string, PeerState> peers;  // by name
   std::vector<PeerEvent> events;
@@ -285,7 +286,8 @@ Result<Received> ServerEndpoint::receive(Millis timeout) {
     std::vector<zmq::message_t> frames;
     if (!recv_all(m.socket, frames))
       return Failure{FailureKind::kTimeout, m.options.label + ": no message", {}};
-    m.counters.bytes_received += frames_bytes(frames, 1);
+    const uint64_t bytes = frames_bytes(frames, 1);
+    m.counters.bytes_received += bytes;
     std::string name;
     if (frames.size() >= 2) {
       if (m.options.insecure) {
@@ -316,6 +318,7 @@ Result<Received> ServerEndpoint::receive(Millis timeout) {
       m.connections.note(fd, name, key_text);
     }
     Impl::PeerState& peer = m.peers[name];
+    peer.traffic.bytes_received += bytes;
     auto decoded = decode_frames(frames, 1, m.options.tuning.limits);
     // Any authenticated traffic (valid or not) proves the connection is alive.
     peer.routing_id = routing_id;
@@ -331,6 +334,7 @@ Result<Received> ServerEndpoint::receive(Millis timeout) {
       m.events.push_back({PeerEvent::Kind::kConnected, name});
     }
     ++m.counters.received;
+    ++peer.traffic.messages_received;
     return Received{name, std::move(decoded).value()};
   } catch (const zmq::error_t& e) {
     return Failure{FailureKind::kClosed, m.options.label + ": receive failed: " + e.what(), {}};
@@ -344,7 +348,12 @@ Status ServerEndpoint::send(const std::string& peer, const Message& message) {
   if (it == m.peers.end())
     return Failure{FailureKind::kUnreachable, m.options.label + ": peer '" + peer +
                                                   "' has not connected", peer};
+  const uint64_t sent_before = m.counters.bytes_sent;
   auto status = send_frames(m.socket, &it->second.routing_id, message, m.counters, m.options.label);
+  if (status) {
+    ++it->second.traffic.messages_sent;
+    it->second.traffic.bytes_sent += m.counters.bytes_sent - sent_before;  // sends come from this thread only
+  }
   if (!status && status.failure().kind == FailureKind::kUnreachable && it->second.connected) {
     it->second.connected = false;
     m.events.push_back({PeerEvent::Kind::kDisconnected, peer});
@@ -376,6 +385,12 @@ std::optional<Millis> ServerEndpoint::since_last_seen(const std::string& peer) c
 
 std::vector<std::string> ServerEndpoint::replace_allow_list(AllowList allow) {
   return impl_->replace_allow_list(std::move(allow));
+}
+
+std::map<std::string, PeerTraffic> ServerEndpoint::peer_traffic() const {
+  std::map<std::string, PeerTraffic> out;
+  for (const auto& [name, p] : impl_->peers) out[name] = p.traffic;
+  return out;
 }
 
 EndpointStats ServerEndpoint::stats() const {

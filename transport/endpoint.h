@@ -34,6 +34,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -60,6 +61,15 @@ struct EndpointStats {
   uint64_t disconnects = 0;        // connections closed (peer gone, heartbeat timeout, oversized frame)
   uint64_t revoked_connections = 0;  // server: connections closed because their key was revoked
   std::string last_rejection;      // message of the most recent rejection
+};
+
+// What one peer of a ServerEndpoint (an allow-list name) sent and was sent,
+// counted as EndpointStats counts them, from its first message on.
+struct PeerTraffic {
+  uint64_t messages_sent = 0;
+  uint64_t messages_received = 0;  // accepted (valid) messages
+  uint64_t bytes_sent = 0;
+  uint64_t bytes_received = 0;     // every authenticated frame, valid or not
 };
 
 // Transport settings shared by both ends.
@@ -161,6 +171,9 @@ class ServerEndpoint {
   std::vector<std::string> replace_allow_list(AllowList allow);
 
   EndpointStats stats() const;
+  // Each peer's traffic, by name (the coordinator's metrics per daemon).
+  // Like receive and send: from the endpoint's own thread.
+  std::map<std::string, PeerTraffic> peer_traffic() const;
 
  private:
   struct Impl;

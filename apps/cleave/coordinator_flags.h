@@ -14,10 +14,33 @@
 #include "apps/cleave/commands.h"
 #include "apps/common/processes.h"
 #include "apps/flag_checks.h"
+#include "core/monitor/listen_address.h"
+#include "core/runtime/coordinator/session_monitor.h"
 
 namespace cleave {
 
-// Adds --key, --allow, --listen, --register-timeout and --insecure. `daemon`
+// --metrics-listen's value. The endpoint is the process's, not a driver's
+// (session_monitor.h), so the value lives here, not in the option structs.
+inline std::string& metrics_listen_flag() {
+  static std::string value;
+  return value;
+}
+
+// HOST:PORT (core/monitor/listen_address.h); anything else is a usage error.
+inline CLI::Validator listen_address_check() {
+  return CLI::Validator(
+      [](std::string& in) -> std::string {
+        try {
+          monitor::parse_listen_address(in);
+          return "";
+        } catch (const std::invalid_argument& e) {
+          return e.what();
+        }
+      },
+      "HOST:PORT", "listen address");
+}
+
+// Adds --key, --allow, --listen, --register-timeout, --insecure and --metrics-listen. `daemon`
 // names what dials in ("client", "device", "daemon"); `prefix` starts every
 // help text ("Pipeline: " for `cleave train`).
 template <class Options>
@@ -29,16 +52,23 @@ void add_coordinator_flags(CLI::App& cmd, Options& o, const std::string& daemon,
       ->capture_default_str()
       ->check(flag_checks::positive());
   cmd.add_flag("--insecure", o.insecure, prefix + "Plain TCP without CURVE (logs a warning)");
+  cmd.add_option("--metrics-listen", metrics_listen_flag(),
+                 prefix + "Serve Prometheus metrics at http://HOST:PORT/metrics during the run, e.g. 127.0.0.1:9464 "
+                 "(port 0: any free one, logged); unauthenticated, so keep it on loopback or firewalled (default: off)")
+      ->check(listen_address_check());
 }
 
 // Before the coordinator starts: throws UsageError "`who` needs --key and
 // --allow (or --insecure)`hint`" when they are missing, warns about
-// --insecure, and lets Ctrl-C stop the run cleanly.
+// --insecure, starts the metrics endpoint of --metrics-listen (throws
+// std::runtime_error when it cannot listen) and lets Ctrl-C stop the run cleanly.
 template <class Options>
 void prepare_coordinator(Options& o, const std::string& who, const std::string& hint = "") {
   if (!o.insecure && (o.key_path.empty() || o.allow_path.empty()))
     throw UsageError(who + " needs --key and --allow (or --insecure)" + hint);
   if (o.insecure) std::fprintf(stderr, "cleave: WARNING: --insecure: links are not encrypted or authenticated\n");
+  if (!metrics_listen_flag().empty())
+    install_coordinator_monitor(std::make_shared<CoordinatorMonitor>(metrics_listen_flag(), "cleave"));
   install_interrupt_handler();
   o.interrupted = interrupted;
 }

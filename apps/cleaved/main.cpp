@@ -81,6 +81,8 @@ void add_flags(CLI::App& app, Flags& f) {
       ->check(positive());
   f.add(app, "connect-timeout", "Exit with status 2 when no authenticated connection to the coordinator is made within "
         "SECONDS (default: keep trying, backing off after refused handshakes)")->check(CLI::PositiveNumber);
+  f.add(app, "metrics-listen", "Serve Prometheus metrics at http://HOST:PORT/metrics, e.g. 127.0.0.1:9464 (port 0: "
+        "any free one, logged); unauthenticated, so keep it on loopback or firewalled (default: off)");
   f.add_switch(app, "--insecure", "insecure", "Plain TCP without CURVE (logs a warning; for debugging only)");
   f.add_switch(app, "-v,--verbose", "verbose", "Log more");
   // Client data (cleave fed, cleave split): the daemon trains on its own shard and never sends a sample.

@@ -103,7 +103,7 @@ class CpuDevice final : public Device {
   static size_t layernorm_backward_workspace_bytes(int64_t rows, int64_t cols);
 
   int threads() const { return threads_; }
-  size_t bytes_in_use() const { return pool_->in_use(); }
+  size_t bytes_in_use() const override { return pool_->in_use(); }
   size_t bytes_cached() const { return pool_->cached(); }  // released blocks kept for reuse (host_pool.h)
 
  private:

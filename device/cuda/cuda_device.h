@@ -113,7 +113,7 @@ class CudaDevice final : public Device {
                                float scale) override;
 
   int ordinal() const { return ordinal_; }
-  size_t bytes_in_use() const { return in_use_->load(); }
+  size_t bytes_in_use() const override { return in_use_->load(); }
 
  private:
   // Makes this device's GPU current on the calling thread (ops may come from any thread).

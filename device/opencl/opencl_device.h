@@ -111,7 +111,7 @@ class OpenclDevice final : public Device {
   // The cache file this device's program was read from or written to ("" when caching is off).
   std::string program_cache_file() const;
   // Bytes currently allocated through this device.
-  size_t bytes_in_use() const;
+  size_t bytes_in_use() const override;
   bool is_gpu() const;
 
   struct State;  // OpenCL objects and kernels (opencl_device.cpp)

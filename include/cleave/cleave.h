@@ -232,7 +232,9 @@ CLEAVE_API cleave_status cleave_options_set_log_callback(cleave_options* options
  *   dials in, tcp://IP:PORT, port * for any), coordinator-timeout (ms of
  *   coordinator silence after which a job is abandoned), insecure (plain TCP
  *   without CURVE; debugging only), log-level (debug | info | warning | error;
- *   process-wide, applied at start);
+ *   process-wide, applied at start), metrics-listen (HOST:PORT, e.g.
+ *   127.0.0.1:9464 or [::1]:0: Prometheus metrics over HTTP while the client
+ *   runs, docs/monitoring.md; unauthenticated);
  *   data from a file instead of callbacks (docs/data.md): dataset
  *   (fashion-mnist, a CSV file or an IDX directory), data (the same, a path),
  *   dataset-dir, shard ("i/N"), partition (iid | dirichlet:ALPHA), seed,

@@ -1,6 +1,7 @@
 // test_session.cpp: the coordinator session every driver is built on —
 // registration (what is offered, the timeout message), one request-id
-// counter, the release of daemons, and the orderly stop on error.
+// counter, the release of daemons, the orderly stop on error, and the
+// metrics a session publishes when a coordinator monitor is installed.
 #include <catch2/catch.hpp>
 
 #include <chrono>
@@ -10,6 +11,7 @@
 #include <zmq.hpp>
 
 #include "core/runtime/coordinator/session.h"
+#include "core/runtime/coordinator/session_monitor.h"
 #include "log_capture.h"
 #include "transport/endpoint.h"
 
@@ -161,4 +163,47 @@ TEST_CASE("a message the transport rejects is logged once, and counted in the au
   INFO("log: " << logs.count("rejected") << " line(s)");
   CHECK(logs.count("rejected") == 1);  // the finding: the endpoint and the pool each logged it
   CHECK(session.server().stats().messages_rejected == 1);
+}
+
+TEST_CASE("with a coordinator monitor installed, a session publishes its roster, refusals, step and failure",
+          "[runtime][session][metrics]") {
+  const auto installed = std::make_shared<CoordinatorMonitor>("127.0.0.1:0", "test");
+  install_coordinator_monitor(installed);
+  struct Uninstall {
+    ~Uninstall() { install_coordinator_monitor(nullptr); }
+  } uninstall;
+  const monitor::Registry& r = installed->registry();
+  std::string name;
+  {
+    Session session(plain("cleave fed"));
+    CHECK(r.value("cleave_coordinator_running", {}) == 1);
+    CHECK(r.value("cleave_coordinator_current_job", {{"kind", "fed"}}) == 1);
+    auto member = daemon_at(session.server().endpoint());
+    auto outsider = daemon_at(session.server().endpoint());
+    name = register_one(session, *member);
+    MetricsMsg mm;
+    mm.step = 7;
+    REQUIRE(outsider->send(message_of(mm)).ok());  // not in the job: refused
+    mm.step = 6;
+    REQUIRE(member->send(message_of(mm)).ok());
+    for (int i = 0; i < 20; ++i) (void)session.pool().receive(50ms);
+    session.release({name}, false);  // a Finish: bytes sent to the member
+    CHECK_THROWS(session.stop_on_error([]() -> int { throw std::runtime_error("round 3: \"dev9\" failed"); }, [] {}));
+  }
+  CHECK(r.value("cleave_coordinator_running", {}) == 0);
+  CHECK(r.value("cleave_coordinator_current_job", {{"kind", "fed"}}, -1) == -1);
+  CHECK(r.value("cleave_coordinator_runs_total", {{"kind", "fed"}}) == 1);
+  CHECK(r.value("cleave_coordinator_devices_registered", {}) == 1);
+  CHECK(r.value("cleave_coordinator_devices_live", {}) == 1);
+  CHECK(r.value("cleave_coordinator_device_up", {{"device", name}}) == 1);
+  CHECK(r.value("cleave_coordinator_step", {}) == 6);  // the refused message's step does not count
+  CHECK(r.value("cleave_coordinator_refused_messages_total", {{"reason", "not_in_job"}}) == 1);
+  CHECK(r.value("cleave_coordinator_peer_bytes_received_total", {{"peer", name}}) > 0);
+  CHECK(r.value("cleave_coordinator_peer_bytes_sent_total", {{"peer", name}}) > 0);
+  CHECK(r.value("cleave_coordinator_errors_total", {}) == 1);
+  CHECK(r.value("cleave_coordinator_last_error_info", {{"message", "round 3: \"dev9\" failed"}}) == 1);
+  // As a scrape reads it: the quotes escaped.
+  const std::string text = installed->registry().render();
+  CHECK(text.find("cleave_coordinator_last_error_info{message=\"round 3: \\\"dev9\\\" failed\"} 1\n") !=
+        std::string::npos);
 }

@@ -498,3 +498,34 @@ TEST_CASE("replacing the allow-list revokes a key: event, connection shut down, 
   CHECK(good.last_handshake_failure().find("refused this client's key") != std::string::npos);
   CHECK(server.stats().zap_denied >= 1);
 }
+
+TEST_CASE("the server counts each peer's traffic, and the peers' counts add up to the endpoint's",
+          "[transport][endpoint]") {
+  Keys k;
+  ServerOptions so = server_options(k);
+  const KeyPair second = generate_keypair();
+  so.allow.add("second", second.public_key);
+  ServerEndpoint server(so);
+  ClientEndpoint a(client_options(server, k.good));
+  ClientEndpoint b(client_options(server, second));
+  for (int i = 1; i <= 3; ++i) REQUIRE(a.send(heartbeat(i)).ok());  // not 0: FlatBuffers leaves defaults out
+  REQUIRE(b.send(heartbeat(9)).ok());
+  for (int i = 0; i < 4; ++i) REQUIRE(server.receive(3000ms).ok());
+  REQUIRE(server.send("good", heartbeat(100)).ok());
+  REQUIRE(server.send("good", heartbeat(101)).ok());
+  CHECK(server.send("nobody", heartbeat(102)).is(FailureKind::kUnreachable));  // counted nowhere
+
+  const auto traffic = server.peer_traffic();
+  REQUIRE(traffic.size() == 2);
+  const PeerTraffic& ta = traffic.at("good");
+  const PeerTraffic& tb = traffic.at("second");
+  CHECK(ta.messages_received == 3);
+  CHECK(tb.messages_received == 1);
+  CHECK(ta.messages_sent == 2);
+  CHECK(tb.messages_sent == 0);
+  CHECK(ta.bytes_received == 3 * tb.bytes_received);  // three heartbeats of one size against one
+  CHECK(tb.bytes_sent == 0);
+  const EndpointStats s = server.stats();
+  CHECK(ta.bytes_sent + tb.bytes_sent == s.bytes_sent);
+  CHECK(ta.bytes_received + tb.bytes_received == s.bytes_received);
+}

@@ -61,6 +61,12 @@ void PeerPool::check_health() {
 }
 
 std::optional<Received> PeerPool::receive(Millis timeout) {
+  std::optional<Received> got = receive_one(timeout);
+  if (observer) observer(got ? &*got : nullptr);
+  return got;
+}
+
+std::optional<Received> PeerPool::receive_one(Millis timeout) {
   check_health();
   auto r = server_.receive(timeout);
   inbox_drained_ = !r && r.is(FailureKind::kTimeout);

@@ -79,10 +79,14 @@ class PeerPool {
   void send_all(const transport::Message& m);
   // Text appended to "peer X disconnected" log lines, e.g. " (round 3)".
   std::function<std::string()> context;
+  // Called at the end of every receive() with what it returns (nullptr when
+  // nothing): how the session's metrics follow the run (session_monitor.h).
+  std::function<void(const transport::Received*)> observer;
 
  private:
   uint64_t last_request_id_ = 0;
   void check_health();
+  std::optional<transport::Received> receive_one(transport::Millis timeout);
 
   transport::ServerEndpoint& server_;
   std::string who_;

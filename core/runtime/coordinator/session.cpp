@@ -7,6 +7,7 @@
 
 #include "core/io/untrusted_json.h"
 #include "core/planner/profile.h"
+#include "core/runtime/coordinator/session_monitor.h"
 #include "transport/keys.h"
 #include "transport/log.h"
 
@@ -42,7 +43,30 @@ Session::Session(SessionOptions options) : options_(std::move(options)) {
   }
   server_ = std::make_unique<ServerEndpoint>(so);
   pool_ = std::make_unique<PeerPool>(*server_, options_.who, options_.peer_timeout_ms, options_.interrupted);
+  if (auto installed = installed_coordinator_monitor()) {
+    metrics_ = std::make_unique<SessionMetrics>(std::move(installed), options_.who);
+    pool_->observer = [this](const Received* got) {
+      metrics_->observe(got);
+      metrics_->publish(*server_, *pool_);
+    };
+  }
   if (options_.on_listening) options_.on_listening(server_->endpoint());
+}
+
+Session::~Session() {
+  if (metrics_) metrics_->publish(*server_, *pool_, true);
+}
+
+void Session::note_failure() {
+  if (!metrics_) return;
+  try {
+    throw;
+  } catch (const std::exception& e) {
+    metrics_->error(e.what());
+  } catch (...) {
+    metrics_->error("the run failed");
+  }
+  metrics_->publish(*server_, *pool_, true);
 }
 
 void Session::register_until(int timeout_ms, const std::function<bool()>& done,
@@ -53,7 +77,9 @@ void Session::register_until(int timeout_ms, const std::function<bool()>& done,
     if (seconds_since(t0) * 1000 > timeout_ms) {
       std::string names;
       for (const auto& p : pool_->peers()) names += (names.empty() ? "" : ", ") + p.name;
-      throw std::runtime_error(missing(names));
+      const std::string why = missing(names);
+      if (metrics_) metrics_->error(why);
+      throw std::runtime_error(why);
     }
     auto got = pool_->receive(Millis(200));
     if (!got) continue;

@@ -35,6 +35,7 @@
 namespace cleave {
 
 struct ModelSpec;
+class SessionMetrics;
 
 struct SessionOptions {
   std::string who;         // log and progress prefix: "cleave", "cleave fed", "cleave split"
@@ -91,7 +92,11 @@ struct Registration {
 
 class Session {
  public:
+  // Listens; with a coordinator monitor installed (session_monitor.h,
+  // `--metrics-listen`), the run's metrics are published to it from here on.
   explicit Session(SessionOptions options);
+  // Publishes the run's final metrics, if any.
+  ~Session();
 
   transport::ServerEndpoint& server() { return *server_; }
   PeerPool& pool() { return *pool_; }
@@ -128,6 +133,7 @@ class Session {
       return body();
     } catch (...) {
       pool_->set_monitoring(false);
+      note_failure();
       stop();
       throw;
     }
@@ -151,10 +157,14 @@ class Session {
   nlohmann::json message_kinds_json(const std::vector<std::string>& names) const;
 
  private:
+  // Inside a catch: the exception's message becomes the metrics' last error.
+  void note_failure();
+
   SessionOptions options_;
   std::unique_ptr<transport::ServerEndpoint> server_;
   std::unique_ptr<PeerPool> pool_;
   std::map<std::string, std::string> refused_registrations_;  // daemon -> why its registration was refused
+  std::unique_ptr<SessionMetrics> metrics_;  // null unless a coordinator monitor is installed
 };
 
 // Seconds since `t0`.

@@ -8,6 +8,7 @@
 #include <memory>
 #include <stdexcept>
 
+#include "core/runtime/daemon/daemon_monitor.h"
 #include "core/runtime/daemon/host_info.h"
 #include "core/runtime/daemon/job_context.h"
 #include "core/runtime/daemon/pipeline_job.h"
@@ -42,12 +43,23 @@ std::string no_coordinator_message(const DaemonOptions& opts, const ClientEndpoi
          "the coordinator's allow directory";
 }
 
-void emit(const DaemonOptions& opts, DaemonEvent::Kind kind, const std::string& job = {}) {
+void emit(const DaemonOptions& opts, DaemonEvent::Kind kind, const std::string& job = {}, const char* outcome = "") {
   if (!opts.on_event) return;
   DaemonEvent e;
   e.kind = kind;
   e.job = job;
+  e.outcome = outcome;
   opts.on_event(e);
+}
+
+const char* outcome_name(JobEnd end) {
+  switch (end) {
+    case JobEnd::finished: return "finished";
+    case JobEnd::shutdown: return "shutdown";
+    case JobEnd::abandoned: return "abandoned";
+    case JobEnd::refused: return "refused";
+  }
+  return "finished";
 }
 
 // Logs why no connection was made within connect_timeout_ms, tells the embedder, and returns the exit code.
@@ -105,7 +117,7 @@ JobEnd run_job(const JobContext& ctx, FedClient* fed, const AssignMsg& a, uint64
   const char* kind = std::holds_alternative<SplitJob>(a.job) ? "split" : std::holds_alternative<FedJob>(a.job) ? "fed" : "stage";
   emit(ctx.options, DaemonEvent::Kind::job_started, kind);
   const JobEnd end = dispatch_job(ctx, fed, a, rid);
-  emit(ctx.options, DaemonEvent::Kind::job_ended, kind);
+  emit(ctx.options, DaemonEvent::Kind::job_ended, kind, outcome_name(end));
   return end;
 }
 
@@ -123,6 +135,8 @@ int run_daemon(const DaemonOptions& opts_in, const std::atomic<bool>& stop) {
   }
   if (opts.name.empty()) opts.name = std::filesystem::path(opts.key_path).stem().string();
   if (opts.name.empty()) throw std::runtime_error("cleaved: give the device a --name");
+  // --metrics-listen: bound before the slow start-up work, so a port in use fails at once.
+  const std::unique_ptr<DaemonMonitor> metrics = start_daemon_monitor(opts);
 
   DeviceOptions dopts;
   dopts.threads = opts.threads;
@@ -142,6 +156,7 @@ int run_daemon(const DaemonOptions& opts_in, const std::atomic<bool>& stop) {
   copts.label = "cleaved " + opts.name;
   ClientEndpoint client(copts);
   JobChannel channel(client, opts.name);
+  const auto watching = watch_daemon(metrics.get(), *device, client, channel);  // declared after what it reads
 
   // What this daemon tells the coordinator besides its memory: fixed for its
   // life, so worked out once (the machine's identity reads /etc/machine-id).
@@ -176,7 +191,7 @@ int run_daemon(const DaemonOptions& opts_in, const std::atomic<bool>& stop) {
     return m;
   };
 
-  const JobContext ctx{*device, channel, keys, opts, stop};
+  const JobContext ctx{*device, channel, keys, opts, stop, metrics.get()};
   DaemonServices services(ctx);
   int jobs_done = 0;
   auto last_register = Clock::now() - std::chrono::seconds(10);

@@ -40,6 +40,7 @@ struct DaemonEvent {
   double loss = 0;
   bool refused_key = false;  // no_coordinator: handshakes were made and failed (a key problem)
   std::string message;
+  std::string outcome;       // job_ended: "finished" | "shutdown" | "abandoned" | "refused" (no job ran)
 };
 
 struct DaemonOptions {
@@ -56,6 +57,9 @@ struct DaemonOptions {
   int max_jobs = -1;               // exit after this many jobs (-1: serve forever)
   int coordinator_timeout_ms = 10000;  // a job is abandoned after this much silence
   int connect_timeout_ms = 0;      // give up when not connected this long after start (0: keep trying)
+  // HOST:PORT where Prometheus metrics are served over HTTP (daemon_monitor.h,
+  // docs/monitoring.md); "": off. Unauthenticated: a warning is logged unless loopback.
+  std::string metrics_listen;
   FedClientOptions fed;            // federated client data (--dataset/--shard); empty: none (fed_client.h)
   // Which data jobs a daemon holding data takes (the SDK's roles): a federated
   // client sends parameter blocks, a split-learning client its cut layer's

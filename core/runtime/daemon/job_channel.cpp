@@ -100,6 +100,7 @@ std::chrono::milliseconds JobChannel::silence() const {
 }
 
 void JobChannel::send(const Message& m) {
+  if (const auto* e = std::get_if<ErrorMsg>(&m.body); e && on_error) on_error(e->message);
   Status s = client_.send(m);
   if (!s)
     log(LogLevel::kWarning, "cleaved " + name_ + ": cannot send '" + std::string(body_kind_name(m.body)) +
@@ -123,8 +124,10 @@ JobEnd serve_job(const JobServing& job, const std::function<nlohmann::json()>& f
     channel.poll(Millis(100));
     if (between) between();
     if (channel.silence() > Millis(job.timeout_ms)) {
-      log(LogLevel::kWarning, "cleaved " + job.name + ": " + job.what + " abandoned: the coordinator has been silent for " +
-                                  std::to_string(channel.silence().count()) + " ms");
+      const std::string why = job.what + " abandoned: the coordinator has been silent for " +
+                              std::to_string(channel.silence().count()) + " ms";
+      log(LogLevel::kWarning, "cleaved " + job.name + ": " + why);
+      if (channel.on_error) channel.on_error(why);
       return JobEnd::abandoned;
     }
     while (auto m = channel.pop_command()) {

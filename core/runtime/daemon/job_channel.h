@@ -61,6 +61,11 @@ class JobChannel {
   // Sends to the coordinator; a failure is logged (the coordinator notices silence).
   void send(const transport::Message& m);
 
+  // Told the text of every error this daemon sends the coordinator, and of a
+  // job abandoned for the coordinator's silence (the metrics' last error,
+  // daemon_monitor.h). May be empty.
+  std::function<void(const std::string&)> on_error;
+
  private:
   transport::ClientEndpoint& client_;
   std::string name_;

@@ -13,12 +13,15 @@
 
 namespace cleave {
 
+class DaemonMonitor;
+
 struct JobContext {
   Device& device;
   JobChannel& channel;
   const transport::KeyPair& keys;
   const DaemonOptions& options;
   const std::atomic<bool>& stop;
+  DaemonMonitor* monitor;  // --metrics-listen (daemon_monitor.h); nullptr: off
 
   // The job as serve_job and job_interruption see it; `what` names it in logs
   // and refusals ("stage", "federated job", "split job").

@@ -1,6 +1,7 @@
 // pipeline_job.cpp: see pipeline_job.h.
 #include "core/runtime/daemon/pipeline_job.h"
 
+#include "core/runtime/daemon/daemon_monitor.h"
 #include "core/runtime/daemon/tensor_mailbox.h"
 
 #include <cstdio>
@@ -325,9 +326,25 @@ class PipelineStage {
     mm.sample_count = sm.samples;
     mm.step_ms = (monotonic_us() - t0) / 1000.0;
     ctx_.channel.send(message_of(mm));
+    report_links();
     const bool last = job.stage->index() == job.stage->count() - 1;
     ctx_.progress("stage", s.step,
                   last && sm.samples > 0 ? sm.loss_sum / static_cast<double>(sm.samples) : std::nan(""));
+  }
+
+  // The stage links' traffic so far, for --metrics-listen (daemon_monitor.h).
+  void report_links() const {
+    if (!ctx_.monitor) return;
+    const StageJob& job = *job_;
+    if (job.prev) {
+      const LinkStats s = job.prev->stats();
+      ctx_.monitor->link_traffic("previous", job.assign.prev->name, s.payload_bytes_sent, s.payload_bytes_received,
+                                 job.peer_server->stats().handshakes_failed);
+    }
+    if (job.next) {
+      const LinkStats s = job.next->stats();
+      ctx_.monitor->link_traffic("next", job.assign.next->name, s.payload_bytes_sent, s.payload_bytes_received, 0);
+    }
   }
 
   const JobContext& ctx_;
