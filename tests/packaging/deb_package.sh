@@ -135,8 +135,10 @@ if grep -q "$SCRATCH\\|_CPack_Packages" "$UNIT"; then cat "$UNIT"; fail "the uni
 # The packaged configuration names only keys cleaved knows: it fails on its (absent) key file.
 code=0
 "$ROOT/usr/bin/cleaved" --config "$ROOT/etc/cleave/cleaved.conf" --check-config >"$SCRATCH/conf.log" 2>&1 || code=$?
-[ $code = 1 ] && grep -q "cleaved.conf:[0-9]*: key: /var/lib/cleave/board1.key" "$SCRATCH/conf.log" ||
-  { cat "$SCRATCH/conf.log"; fail "the packaged configuration (exit $code)"; }
+if [ $code != 1 ] || ! grep -q "cleaved.conf:[0-9]*: key: /var/lib/cleave/board1.key" "$SCRATCH/conf.log"; then
+  cat "$SCRATCH/conf.log"
+  fail "the packaged configuration (exit $code)"
+fi
 CTRL=$SCRATCH/control
 dpkg-deb --control "$(deb cleaved)" "$CTRL"
 for s in postinst prerm postrm; do
@@ -153,7 +155,7 @@ echo "# edited by the admin" >>"$ROOT/etc/cleave/cleaved.conf"
 in_root --force-confold --install "$(deb cleaved)"
 grep -q "edited by the admin" "$ROOT/etc/cleave/cleaved.conf" || fail "reinstalling cleaved lost the conffile's edit"
 in_root --remove cleaved
-[ ! -e "$ROOT/usr/bin/cleaved" ] && [ ! -e "$UNIT" ] || fail "removing cleaved left its files"
+if [ -e "$ROOT/usr/bin/cleaved" ] || [ -e "$UNIT" ]; then fail "removing cleaved left its files"; fi
 [ -f "$ROOT/etc/cleave/cleaved.conf" ] || fail "removing cleaved removed its conffile"
 in_root --purge cleaved
 [ ! -e "$ROOT/etc/cleave/cleaved.conf" ] || fail "purging cleaved left /etc/cleave/cleaved.conf"
