@@ -6,7 +6,8 @@ pkgs=(build-essential cmake ninja-build pkg-config git ca-certificates
       libzmq3-dev cppzmq-dev libsodium-dev libflatbuffers-dev flatbuffers-compiler
       libclblast-dev ocl-icd-opencl-dev opencl-headers pocl-opencl-icd
       libopenblas-dev zlib1g-dev nlohmann-json3-dev libcli11-dev catch2
-      dataset-fashion-mnist fortunes clang libclang-rt-14-dev python3)
+      dataset-fashion-mnist fortunes clang libclang-rt-14-dev python3
+      file)  # file: CPack's DEB generator (tests/packaging; dpkg-dev comes with build-essential)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -102,7 +102,11 @@ typedef enum cleave_role {
   CLEAVE_ROLE_STAGE = 0,        /* a pipeline stage device: hosts layers, no data of its own */
   CLEAVE_ROLE_FED_CLIENT = 1,   /* a federated client training on its own data (needs a data source) */
   CLEAVE_ROLE_SPLIT_CLIENT = 2, /* a split-learning client holding its data (needs a data source) */
-  CLEAVE_ROLE_DATA_CLIENT = 3   /* both of the above (what `cleaved --dataset` is) */
+  CLEAVE_ROLE_DATA_CLIENT = 3,  /* both of the above (what `cleaved --dataset` is) */
+  /* Not a role: makes every non-negative int a value of the type, so that an
+   * out-of-range role an app passes is refused (CLEAVE_ERR_INVALID_ARGUMENT)
+   * instead of being undefined behaviour to read. */
+  CLEAVE_ROLE_MAX_ENUM_ = 0x7fffffff
 } cleave_role;
 
 typedef enum cleave_state {
