@@ -251,7 +251,7 @@ TEST_CASE("a daemon's errors and refused handshakes show on its endpoint", "[int
   CHECK(metric_value(refused, "cleaved_coordinator_connected") == 0);
 }
 
-TEST_CASE("--metrics-listen: a bad value is a usage error naming the flag; a port in use fails the start-up; a "
+TEST_CASE("cleaved and cleave refuse a bad --metrics-listen value naming the flag, fail on a port in use, and warn about a "
           "non-loopback address is warned about",
           "[integration][metrics]") {
   using namespace cleave::cli_test;

@@ -12,7 +12,7 @@
 
 using namespace cleave::monitor;
 
-TEST_CASE("label values escape backslash, double quote and line feed; HELP escapes backslash and line feed",
+TEST_CASE("label values escape backslash, double quote and line feed, HELP escapes backslash and line feed",
           "[monitor]") {
   CHECK(escape_label_value(R"(C:\path)") == R"(C:\\path)");
   CHECK(escape_label_value(R"(say "hi")") == R"(say \"hi\")");
