@@ -549,6 +549,69 @@ TrainResult measure_training(cleave::Device& dev, const cleave::ModelSpec& spec,
 
 }  // namespace
 
+// One line of the closing table.
+struct Row {
+  std::string backend, what, unit;
+  double cleave = 0, library = -1;  // library < 0: none
+  std::string note;
+};
+
+// Every GEMM shape on `dev` against the backend's own BLAS: printed, added to
+// `rows`, returned as JSON; `failed` is set when the two disagree.
+json measure_gemms(cleave::Device& dev, LibraryGemm& lib, const std::string& name, const Options& opt,
+                   std::vector<Row>& rows, bool& failed) {
+  json gj = json::array();
+  for (const GemmShape& s : kShapes) {
+    const GemmResult g = measure_gemm(dev, lib, s, opt);
+    const double c = bench::median(g.cleave_gflops), l = bench::median(g.library_gflops);
+    std::printf("  gemm %-18s %-14s cleave %8.1f GFLOP/s  library %8.1f GFLOP/s  ratio %.2f  max rel diff %.1e\n",
+                s.label().c_str(), s.what, c, l, c / l, g.max_rel_diff);
+    std::fflush(stdout);
+    const bool agree = g.max_rel_diff <= 1e-3;
+    if (!agree) {
+      std::printf("  error: cleave's and the library's C differ (max rel diff %.3g)\n", g.max_rel_diff);
+      failed = true;
+    }
+    rows.push_back({name, "gemm " + s.label() + " (" + s.what + ")", "GFLOP/s", c, l, agree ? "" : "C DIFFERS"});
+    gj.push_back({{"shape", s.what},          {"m", s.m},
+                  {"n", s.n},                 {"k", s.k},
+                  {"trans_a", s.ta},          {"trans_b", s.tb},
+                  {"cleave_calls_per_rep", g.cleave_calls},
+                  {"library_calls_per_rep", g.library_calls},
+                  {"cleave_gflops", g.cleave_gflops},
+                  {"library_gflops", g.library_gflops},
+                  {"cleave_median_gflops", c},
+                  {"library_median_gflops", l},
+                  {"ratio", c / l},
+                  {"max_rel_diff", g.max_rel_diff}});
+  }
+  return gj;
+}
+
+// Training steps of every model on `dev`: printed, added to `rows`, returned as JSON.
+json measure_trainings(cleave::Device& dev, const std::vector<std::pair<bench::ModelRun, cleave::ModelSpec>>& models,
+                       const std::string& name, const Options& opt, std::vector<Row>& rows) {
+  json tj = json::array();
+  for (const auto& [m, spec] : models) {
+    const TrainResult t = measure_training(dev, spec, m, opt);
+    const double med = bench::median(t.samples_per_sec);
+    std::printf("  train %-4s batch %-4lld %10.1f samples/s  %9.2f ms/step  (%lld steps x %d reps, loss %.3f)\n",
+                m.name.c_str(), static_cast<long long>(m.batch), med, 1e3 * static_cast<double>(m.batch) / med,
+                static_cast<long long>(t.steps), opt.reps, t.loss);
+    std::fflush(stdout);
+    rows.push_back({name, "train " + m.name + " batch " + std::to_string(m.batch), "samples/s", med, -1, ""});
+    tj.push_back({{"model", m.name},
+                  {"batch", m.batch},
+                  {"steps_per_rep", t.steps},
+                  {"reps", opt.reps},
+                  {"samples_per_sec", t.samples_per_sec},
+                  {"median_samples_per_sec", med},
+                  {"ms_per_step", 1e3 * static_cast<double>(m.batch) / med},
+                  {"final_loss", t.loss}});
+  }
+  return tj;
+}
+
 int main(int argc, char** argv) {
   cleave::prefer_passive_openmp(argv);  // before any OpenMP/BLAS threads start
   const Options opt = parse_options(argc, argv);
@@ -567,11 +630,6 @@ int main(int argc, char** argv) {
   std::printf("bench_backends: %d cores, load average %.2f, %d reps, %.2g s per measurement\n", bench::online_cores(),
               load_start, opt.reps, opt.seconds);
 
-  struct Row {
-    std::string backend, what, unit;
-    double cleave = 0, library = -1;  // library < 0: none
-    std::string note;
-  };
   std::vector<Row> rows;
   json backends_json = json::array();
   int measured = 0;
@@ -601,53 +659,10 @@ int main(int argc, char** argv) {
       std::unique_ptr<LibraryGemm> lib = make_library_gemm(name, opt.ordinal);
       bj["library"] = lib->name();
       std::printf("  library GEMM: %s\n", lib->name().c_str());
-      json gj = json::array();
-      for (const GemmShape& s : kShapes) {
-        const GemmResult g = measure_gemm(*dev, *lib, s, opt);
-        const double c = bench::median(g.cleave_gflops), l = bench::median(g.library_gflops);
-        std::printf("  gemm %-18s %-14s cleave %8.1f GFLOP/s  library %8.1f GFLOP/s  ratio %.2f  max rel diff %.1e\n",
-                    s.label().c_str(), s.what, c, l, c / l, g.max_rel_diff);
-        std::fflush(stdout);
-        const bool agree = g.max_rel_diff <= 1e-3;
-        if (!agree) {
-          std::printf("  error: cleave's and the library's C differ (max rel diff %.3g)\n", g.max_rel_diff);
-          failed = true;
-        }
-        rows.push_back({name, "gemm " + s.label() + " (" + s.what + ")", "GFLOP/s", c, l, agree ? "" : "C DIFFERS"});
-        gj.push_back({{"shape", s.what},          {"m", s.m},
-                      {"n", s.n},                 {"k", s.k},
-                      {"trans_a", s.ta},          {"trans_b", s.tb},
-                      {"cleave_calls_per_rep", g.cleave_calls},
-                      {"library_calls_per_rep", g.library_calls},
-                      {"cleave_gflops", g.cleave_gflops},
-                      {"library_gflops", g.library_gflops},
-                      {"cleave_median_gflops", c},
-                      {"library_median_gflops", l},
-                      {"ratio", c / l},
-                      {"max_rel_diff", g.max_rel_diff}});
-      }
-      bj["gemm"] = gj;
+      bj["gemm"] = measure_gemms(*dev, *lib, name, opt, rows, failed);
       lib.reset();
 
-      json tj = json::array();
-      for (const auto& [m, spec] : models) {
-        const TrainResult t = measure_training(*dev, spec, m, opt);
-        const double med = bench::median(t.samples_per_sec);
-        std::printf("  train %-4s batch %-4lld %10.1f samples/s  %9.2f ms/step  (%lld steps x %d reps, loss %.3f)\n",
-                    m.name.c_str(), static_cast<long long>(m.batch), med, 1e3 * static_cast<double>(m.batch) / med,
-                    static_cast<long long>(t.steps), opt.reps, t.loss);
-        std::fflush(stdout);
-        rows.push_back({name, "train " + m.name + " batch " + std::to_string(m.batch), "samples/s", med, -1, ""});
-        tj.push_back({{"model", m.name},
-                      {"batch", m.batch},
-                      {"steps_per_rep", t.steps},
-                      {"reps", opt.reps},
-                      {"samples_per_sec", t.samples_per_sec},
-                      {"median_samples_per_sec", med},
-                      {"ms_per_step", 1e3 * static_cast<double>(m.batch) / med},
-                      {"final_loss", t.loss}});
-      }
-      bj["train"] = tj;
+      bj["train"] = measure_trainings(*dev, models, name, opt, rows);
       bj["status"] = "ok";
       ++measured;
     } catch (const std::exception& e) {
