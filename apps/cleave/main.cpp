@@ -2,9 +2,12 @@
 #include <csignal>
 #include <cstdio>
 #include <exception>
+#include <algorithm>
 #include <string>
+#include <vector>
 
 #include "apps/cleave/commands.h"
+#include "apps/cleave/run_record.h"
 #include "cleave/version.h"
 #include "device/cpu/openmp_policy.h"
 #include "transport/allow_watch.h"
@@ -60,7 +63,11 @@ int main(int argc, char** argv) {
     }
   }
   try {
-    app.parse(argc, argv);
+    // `cleave train|fed --resume DIR`: the flags the run recorded in DIR, too (run_record.h).
+    std::vector<std::string> args = cleave::expand_resume(std::vector<std::string>(argv, argv + argc));
+    args.erase(args.begin());                // CLI11 takes the arguments without the program's name,
+    std::reverse(args.begin(), args.end());  // last first
+    app.parse(std::move(args));
   } catch (const CLI::ParseError& e) {
     // --help and --version are "errors" with exit code 0; everything else CLI11
     // refuses is a bad command line (CLI11's own codes are 101-1xx).
