@@ -213,7 +213,7 @@ struct CommandBuilder {
     return {fb::CommandBody::Connect, fb::CreateConnectDirect(b, c.next_endpoint.c_str()).Union()};
   }
   Built operator()(const StepCmd& c) const {
-    return {fb::CommandBody::Step, fb::CreateStep(b, c.step, c.batch, c.deadline_ms).Union()};
+    return {fb::CommandBody::Step, fb::CreateStep(b, c.step, c.batch, c.deadline_ms, c.plan_epoch).Union()};
   }
   Built operator()(const FinishCmd&) const { return {fb::CommandBody::EndJob, fb::CreateEndJob(b).Union()}; }
   Built operator()(const ShutdownCmd&) const { return {fb::CommandBody::Shutdown, fb::CreateShutdown(b).Union()}; }
@@ -247,7 +247,8 @@ flatbuffers::Offset<fb::Command> build_command(Builder& b, const CommandMsg& com
 
 std::pair<fb::JobSpec, flatbuffers::Offset<void>> build_job(Builder& b, const JobSpec& job) {
   if (const auto* p = std::get_if<PipelineJob>(&job)) {
-    auto off = fb::CreatePipelineJob(b, static_cast<fb::Schedule>(p->schedule), p->microbatches, p->seed, p->batch);
+    auto off = fb::CreatePipelineJob(b, static_cast<fb::Schedule>(p->schedule), p->microbatches, p->seed, p->batch,
+                                     p->job_id, p->plan_epoch);
     return {fb::JobSpec::PipelineJob, off.Union()};
   }
   if (const auto* f = std::get_if<FedJob>(&job))
@@ -320,7 +321,8 @@ std::string read_job(const fb::Assign& a, JobSpec& out) {
   switch (a.job_type()) {
     case fb::JobSpec::PipelineJob: {
       const auto* p = a.job_as_PipelineJob();
-      out = PipelineJob{static_cast<uint8_t>(p->schedule()), p->microbatches(), p->seed(), p->batch()};
+      out = PipelineJob{static_cast<uint8_t>(p->schedule()), p->microbatches(), p->seed(), p->batch(), p->job_id(),
+                        p->plan_epoch()};
       return {};
     }
     case fb::JobSpec::FedJob: {
@@ -361,7 +363,7 @@ std::string read_command(const fb::Command& in, CommandMsg& out) {
     case fb::CommandBody::Connect: out.command = ConnectCmd{str(in.body_as_Connect()->next_endpoint())}; return {};
     case fb::CommandBody::Step: {
       const auto* c = in.body_as_Step();
-      out.command = StepCmd{c->step(), c->batch(), c->deadline_ms()};
+      out.command = StepCmd{c->step(), c->batch(), c->deadline_ms(), c->plan_epoch()};
       return {};
     }
     case fb::CommandBody::EndJob: out.command = FinishCmd{}; return {};

@@ -327,7 +327,8 @@ struct BodyBuilder {
   }
   std::pair<fb::Body, flatbuffers::Offset<void>> operator()(const MetricsMsg& m) const {
     auto off = fb::CreateMetrics(b, m.stage, m.step, m.loss_sum, m.correct, m.sample_count, m.step_ms,
-                                 m.train_ms, m.local_steps, static_cast<fb::SplitPhase>(m.phase), m.round);
+                                 m.train_ms, m.local_steps, static_cast<fb::SplitPhase>(m.phase), m.round, m.job_id,
+                                 m.plan_epoch);
     return {fb::Body::Metrics, off.Union()};
   }
   std::pair<fb::Body, flatbuffers::Offset<void>> operator()(const ProbeMsg& p) const {
@@ -510,7 +511,7 @@ std::string convert(const fb::Envelope& env, Body& out) {
       if (phase > 2) return "metrics: unknown phase " + std::to_string(phase);
       out = MetricsMsg{m->stage(),   m->step(),     m->loss_sum(),    m->correct(),
                        m->sample_count(), m->step_ms(), m->train_ms(), m->local_steps(),
-                       static_cast<SplitPhase>(phase), m->round()};
+                       static_cast<SplitPhase>(phase), m->round(), m->job_id(), m->plan_epoch()};
       return {};
     }
     case fb::Body::Probe: {

@@ -121,6 +121,8 @@ struct PipelineJob {
   int32_t microbatches = 1;
   uint64_t seed = 1;
   int64_t batch = 64;
+  uint64_t job_id = 0;      // the coordinator's run (random per run)
+  uint32_t plan_epoch = 0;  // its plan: 0, then +1 at every re-plan after a lost device
   bool operator==(const PipelineJob&) const = default;
 };
 struct FedJob {
@@ -216,6 +218,7 @@ struct StepCmd {  // run the schedule for one batch
   int64_t step = 0;
   int64_t batch = 1;
   uint32_t deadline_ms = 0;  // the longest any one wait of the step may take (0: no deadline)
+  uint32_t plan_epoch = 0;   // the plan it belongs to (PipelineJob::plan_epoch): another plan's is refused
   bool operator==(const StepCmd&) const = default;
 };
 struct FinishCmd {  // end the job
@@ -293,6 +296,8 @@ struct MetricsMsg {  // stage -> coordinator (0 payload frames)
   int64_t local_steps = 0;  // federated: optimizer steps this round
   SplitPhase phase = SplitPhase::kTrain;  // split: the phase these counts are of
   int64_t round = 0;        // split: its round
+  uint64_t job_id = 0;      // pipeline: the job and plan of the step (PipelineJob); metrics of
+  uint32_t plan_epoch = 0;  //   another job or plan are stale: refused and counted
   bool operator==(const MetricsMsg&) const = default;
 };
 

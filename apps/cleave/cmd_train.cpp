@@ -5,6 +5,7 @@
 
 #include "apps/cleave/commands.h"
 #include "apps/cleave/coordinator_flags.h"
+#include "apps/cleave/run_record.h"
 #include "apps/cleave/train_flags.h"
 #include "apps/flag_checks.h"
 #include "core/runtime/coordinator/pipeline.h"
@@ -37,14 +38,36 @@ void add_train_command(CLI::App& root) {
   cmd->add_option("--planner", cluster->planner,
                   "Pipeline: auto (profile devices and links, plan stages) | balance (even split over all devices)")
       ->capture_default_str()->check(CLI::IsMember({"auto", "balance"}));
-  cmd->callback([flags, local, cluster]() {
+  auto resume = std::make_shared<std::string>();
+  cmd->add_option("--checkpoint-dir", cluster->checkpoint_dir,
+                  "Pipeline: keep the newest two checkpoints here, to recover from a lost device and to --resume "
+                  "(default: SAVE.checkpoints beside --save, else a temporary directory)");
+  cmd->add_option("--checkpoint-every", cluster->checkpoint_every,
+                  "Pipeline: steps between checkpoints (default: one per epoch)")->check(flag_checks::positive());
+  cmd->add_option("--max-recoveries", cluster->max_recoveries,
+                  "Pipeline: lost devices the run re-plans around before it stops")->capture_default_str()
+      ->check(flag_checks::non_negative());
+  cmd->add_option("--resume", *resume,
+                  "Pipeline: restart a stopped run from the newest valid checkpoint in this --checkpoint-dir, "
+                  "with the flags it recorded there (flags given now replace them)");
+  cmd->callback([cmd, flags, local, cluster, resume]() {
     finish_train_flags(*flags);
     require_writable("--trace", cluster->trace_path);
     nlohmann::json result;
     if (*local) {
+      for (const char* f : {"--checkpoint-dir", "--checkpoint-every", "--max-recoveries", "--resume"})
+        if (cmd->count(f) > 0) throw UsageError(std::string(f) + " is for pipeline training: drop --local");
       result = train_local(flags->config);
     } else {
       prepare_coordinator(*cluster, "pipeline training", "; for one process pass --local");
+      if (!resume->empty()) {
+        if (!flags->config.load_path.empty() || !flags->config.init_path.empty())
+          throw UsageError("--resume starts from the run's newest checkpoint: drop --load and --init");
+        cluster->checkpoint_dir = *resume;
+        cluster->resume = true;
+      }
+      resolve_checkpoint_dir(*cluster, flags->config);
+      record_run_command(cluster->checkpoint_dir, *cmd);
       result = train_pipeline(flags->config, *cluster);
     }
     write_result_json(flags->json_path, result);

@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <fstream>
 #include <set>
+#include <system_error>
 
 #include <nlohmann/json.hpp>
 
@@ -31,6 +32,8 @@ void record_run_command(const std::string& dir, const CLI::App& cmd) {
     if (name == "--resume" || name == "--help") continue;
     for (const std::string& value : opt->results()) flags.push_back(name + "=" + value);
   }
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);  // a failure shows in the write's error
   write_json_file(record_path(dir), {{"command", cmd.get_name()}, {"flags", flags}});
 }
 

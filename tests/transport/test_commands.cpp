@@ -68,7 +68,7 @@ TEST_CASE("every command round-trips with its fields", "[transport][commands]") 
       ProbeStopCmd{"dev2"},
       ConnectCmd{"tcp://127.0.0.1:6000"},
       ConnectCmd{""},
-      StepCmd{123456789012, 64, 4000},
+      StepCmd{123456789012, 64, 4000, 7},
       FinishCmd{},
       ShutdownCmd{},
       CheckpointCmd{StateKind::kParams},
@@ -107,7 +107,7 @@ TEST_CASE("every job spec round-trips inside an assignment", "[transport][comman
   client.cut_back = 4;
   client.activation_noise = 0.5f;
   client.activation_clip = 2.0f;
-  const std::vector<JobSpec> jobs = {PipelineJob{1, 8, 42, 128}, PipelineJob{}, FedJob{32, 7, "fedprox"}, server,
+  const std::vector<JobSpec> jobs = {PipelineJob{1, 8, 42, 128, 0xfeedbeefcafe1234, 3}, PipelineJob{}, FedJob{32, 7, "fedprox"}, server,
                                      client};
   for (const JobSpec& job : jobs) {
     INFO(job_kind_name(job));

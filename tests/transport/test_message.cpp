@@ -57,7 +57,7 @@ TEST_CASE("every message kind round-trips", "[transport][message]") {
   const std::vector<Body> bodies = {
       reg, as, HeartbeatMsg{9, 1234}, CommandMsg{ShutdownCmd{}},
       AckMsg{7, "done"}, ErrorMsg{ErrorCode::kNotAssigned, "no stage", 3},
-      MetricsMsg{1, 100, 42.5, 60, 64, 3.5, 0, 0, SplitPhase::kEval, 2}};
+      MetricsMsg{1, 100, 42.5, 60, 64, 3.5, 0, 0, SplitPhase::kEval, 2, 0xabcdef0123, 5}};
   for (const Body& b : bodies) {
     INFO(body_kind_name(b));
     auto r = round_trip(with_body(b));

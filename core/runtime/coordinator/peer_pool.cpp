@@ -20,6 +20,16 @@ PoolPeer& PeerPool::add(const std::string& name, const RegisterMsg& reg, nlohman
   return peers_.back();
 }
 
+PoolPeer& PeerPool::revive(const std::string& name, const RegisterMsg& reg, nlohmann::json details) {
+  PoolPeer& p = add(name, reg, details);
+  p.reg = reg;
+  p.details = std::move(details);
+  p.dead = false;
+  p.dead_reason.clear();
+  p.released = false;
+  return p;
+}
+
 void PeerPool::release(const std::string& name) {
   if (auto it = index_.find(name); it != index_.end()) peers_[it->second].released = true;
 }

@@ -57,6 +57,8 @@ class PeerPool {
 
   // Adds a registered peer (health checks and heartbeats cover it from now on).
   PoolPeer& add(const std::string& name, const transport::RegisterMsg& reg, nlohmann::json details);
+  // A peer registering again after it was declared dead: alive, in no job yet, its registration now.
+  PoolPeer& revive(const std::string& name, const transport::RegisterMsg& reg, nlohmann::json details);
   bool has(const std::string& name) const { return index_.count(name) > 0; }
   PoolPeer& at(const std::string& name) { return peers_.at(index_.at(name)); }
   std::vector<PoolPeer>& peers() { return peers_; }

@@ -7,9 +7,19 @@
 // micro-batches' inputs to the first stage and their labels to the last. The
 // last stage reports the loss; at the end the coordinator gathers the weights,
 // evaluates them on the test set and writes the same JSON as local training plus
-// `devices` and `plan`. Any failure (a refused assignment, a daemon that dies or
-// falls silent, an error it reports) stops the run within seconds with a message
-// naming the device and the step; the daemons are told to drop the job.
+// `devices` and `plan`.
+//
+// Devices come and go (docs/recovery.md): the coordinator checkpoints the
+// whole model and optimizer state into a directory every --checkpoint-every
+// steps (default: once per epoch). A device that dies, disconnects, falls
+// silent or fails its step is a loss: the run pauses, re-plans over the
+// devices still there plus any that registered since (spares), restores the
+// newest checkpoint onto the new stages and replays from its step with the
+// same data order, up to --max-recoveries times; the result's `recoveries`
+// says what happened. Anything else (a refused assignment, a diverged loss,
+// more losses than allowed, a model that no longer fits) stops the run with a
+// message naming the device and the step, and how to --resume it; the daemons
+// are told to drop the job.
 #pragma once
 
 #include <functional>
@@ -35,9 +45,18 @@ struct ClusterOptions {
   int peer_timeout_ms = 5000;           // a daemon silent this long is declared dead
   bool shutdown_daemons = false;        // tell daemons to exit at the end (cleave demo)
   bool profile_only = false;            // `cleave profile`: register, profile, return the cluster JSON
+  std::string checkpoint_dir;           // periodic checkpoints ("": resolve_checkpoint_dir picks one)
+  bool checkpoint_dir_temporary = false;  // a directory of our own: removed when the run succeeds
+  int64_t checkpoint_every = 0;         // steps between checkpoints (0: one per epoch)
+  int max_recoveries = 10;              // lost devices survived before the run stops
+  bool resume = false;                  // start from the newest valid checkpoint in checkpoint_dir
   std::function<bool()> interrupted;    // polled; true stops the run (Ctrl-C)
   std::function<void(const std::string&)> on_listening;  // called with the bound endpoint
 };
+
+// Fills in `checkpoint_dir` when empty: SAVE.checkpoints beside --save, else
+// a new temporary directory (checkpoint_dir_temporary). Idempotent.
+void resolve_checkpoint_dir(ClusterOptions& cluster, const TrainConfig& config);
 
 // Runs the job; returns the result JSON. Throws std::runtime_error with a clear
 // message on failure.

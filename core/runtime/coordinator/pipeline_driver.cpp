@@ -41,12 +41,26 @@ nlohmann::json Driver::run() {
       [&] {
         if (opts_.profile_only) return profile_result();
         plan();
-        assign_stages();
-        train();
+        std::vector<float> params;
+        try {
+          for (;;) {
+            try {
+              assign_stages();
+              train();
+              params = gather_params();
+              break;
+            } catch (const DeviceLost& lost) {
+              recover(lost);  // throws when the run cannot go on
+            }
+          }
+        } catch (const std::runtime_error& e) {
+          throw std::runtime_error(e.what() + resume_hint());
+        }
         auto cpu = open_device("cpu", DeviceOptions{});
         Partition whole(*cpu, spec_, 0, spec_.num_layers());
-        load_whole(whole, gather_params());
+        load_whole(whole, params);
         finish_stages();
+        remove_temporary_checkpoints();
         // Evaluate only after the daemons are released: this takes seconds in
         // which no daemon has reason to talk to us.
         const EvalResult ev = evaluate(whole, test_, 256);
@@ -114,8 +128,24 @@ nlohmann::json Driver::profile_result() {
 // connections, bandwidth limits they declare) and let the planner choose
 // stages and devices.
 void Driver::plan() {
-  if (opts_.planner == "balance" || opts_.devices == 1) {
-    bounds_ = balanced_bounds(spec_, cfg_.batch, opts_.devices);
+  choose_stages();
+  ocfg_ = cfg_.optimizer;
+  loader_ = std::make_unique<BatchLoader>(train_, cfg_.batch, true, cfg_.seed);
+  if (ocfg_.total_steps == 0) ocfg_.total_steps = loader_->batches_per_epoch() * cfg_.epochs;
+  ocfg_.validate();
+  // --load / --init / --resume: read and check the file before any daemon is assigned.
+  open_checkpoints();
+  first_position_ = start_.position;
+}
+
+// The stages over devices_ (every live device, sorted by name), in stage
+// order; the devices left out wait in idle_ as spares.
+void Driver::choose_stages() {
+  const int n = std::min(opts_.devices, static_cast<int>(devices_.size()));
+  if (opts_.planner == "balance" || n == 1) {
+    idle_.insert(idle_.end(), devices_.begin() + n, devices_.end());
+    devices_.resize(static_cast<size_t>(n));
+    bounds_ = balanced_bounds(spec_, cfg_.batch, n);
   } else if (opts_.planner == "auto") {
     const Cluster cluster = profile_cluster();
     PlanOptions po;
@@ -144,23 +174,19 @@ void Driver::plan() {
     fail("unknown --planner '" + opts_.planner + "': use auto or balance");
   }
   for (size_t i = 0; i < devices_.size(); ++i) devices_[i].stage = static_cast<int>(i);
+  for (auto& d : idle_) d.stage = -1;
   stage_counts_ = stage_param_counts(spec_, bounds_);
-  ocfg_ = cfg_.optimizer;
-  loader_ = std::make_unique<BatchLoader>(train_, cfg_.batch, true, cfg_.seed);
-  if (ocfg_.total_steps == 0) ocfg_.total_steps = loader_->batches_per_epoch() * cfg_.epochs;
-  ocfg_.validate();
-  // --load / --init: read and check the file before any daemon is assigned.
-  start_ = read_starting_point(cfg_, spec_, ocfg_, bounds_);
-  for (const auto& d : idle_) session_->pool().release(d.name);  // left unused by the planner: nothing to watch
 }
 
 // Assign stages (each daemon with a previous stage answers with the endpoint
 // that stage must dial), connect them, and send the state to start from.
 void Driver::assign_stages() {
   assigned_ = true;
+  acked_.clear();
+  plan_first_request_ = session_->next_request_id();  // every request of this plan has this id or a later one
   session_->pool().set_monitoring(true);
   const int p = static_cast<int>(devices_.size());
-  const PipelineJob job{schedule_to_wire(schedule_), cfg_.microbatches, cfg_.seed, cfg_.batch};
+  const PipelineJob job{schedule_to_wire(schedule_), cfg_.microbatches, cfg_.seed, cfg_.batch, job_id_, plan_epoch_};
   for (int s = 0; s < p; ++s) {
     AssignMsg a;
     a.stage = s;
@@ -177,6 +203,7 @@ void Driver::assign_stages() {
     Message m;
     m.body = a;
     const Received r = request(devices_[s].name, std::move(m), "its stage assignment", Millis(60000));
+    acked_.insert(devices_[s].name);  // from now on, a registration of it means it left the job
     const nlohmann::json detail = ack_detail(r);
     devices_[s].peer_endpoint =
         reading(r.peer, "its stage assignment", [&] { return json_string(detail, "peer_endpoint", ""); });
@@ -187,6 +214,10 @@ void Driver::assign_stages() {
                   "the connect request", Millis(30000));
   for (const StageState& st : start_.stages)  // weights (and optimizer state) to start from
     (void)request(devices_[st.stage].name, stage_state_message(st, 0), "its starting state", Millis(60000));
+  if (!recoveries_.empty() && catch_up_step_ >= 0 && recoveries_.back()["restore_seconds"].is_null()) {
+    recoveries_.back()["restore_seconds"] = seconds_since(restored_at_);
+    restored_at_ = Clock::now();
+  }
 }
 
 void Driver::train() {
@@ -202,6 +233,7 @@ void Driver::train() {
     t_epoch_ = Clock::now();
     epoch_first_step_ = step_;
     epoch_samples_ = 0;
+    in_epoch_ = true;
     for (int64_t b = (epoch == start_.position.epoch ? start_.position.batch : 0); b < per_epoch; ++b) {
       if (cfg_.max_steps >= 0 && step_ >= cfg_.max_steps) {
         stopped = true;
@@ -214,12 +246,7 @@ void Driver::train() {
       // Keep at most two steps in flight so the first stage can start the
       // next batch while the last one finishes this one.
       collect(step_ - 1);
-      if (cfg_.save_every > 0 && !cfg_.save_path.empty() && step_ % cfg_.save_every == 0) {
-        collect(step_);  // every stage has applied this step
-        save_training_state(cfg_.save_path, assemble_training_state(cfg_, spec_, ocfg_, pos_,
-                                                                    gather_states(optimizer_state_names(ocfg_).size())));
-        last_progress_ = Clock::now();  // the checkpoint's time is not a stall
-      }
+      end_of_step(per_epoch);
     }
     collect(step_);
     if (!stopped || pos_.batch == per_epoch) {
@@ -227,6 +254,9 @@ void Driver::train() {
       pos_.batch = 0;
     }
     train_seconds_ += seconds_since(t_epoch_);
+    in_epoch_ = false;
+    // The default: one checkpoint per epoch (not after the last: the run ends there).
+    if (opts_.checkpoint_every == 0 && pos_.batch == 0 && epoch + 1 < cfg_.epochs && !stopped) checkpoint(true, false);
     char summary[64];
     std::snprintf(summary, sizeof summary, "%.1f s", seconds_since(t_epoch_));
     bar_->end(summary);
@@ -234,6 +264,17 @@ void Driver::train() {
     if (!cfg_.text_path.empty() && !stopped && epoch + 1 < cfg_.epochs) val_losses_.push_back(validation_loss());
   }
   current_step_ = step_;
+}
+
+// --save-every and --checkpoint-every: one gather of the state serves both.
+void Driver::end_of_step(int64_t per_epoch) {
+  const bool to_save = cfg_.save_every > 0 && !cfg_.save_path.empty() && step_ % cfg_.save_every == 0;
+  const bool to_dir = opts_.checkpoint_every > 0 && step_ % opts_.checkpoint_every == 0;
+  if (!to_save && !to_dir) return;
+  const TrainPosition here = pos_;
+  if (pos_.batch == per_epoch) pos_ = {pos_.epoch + 1, 0, pos_.step};  // an epoch's last step: resume at the next
+  checkpoint(to_dir, to_save);
+  pos_ = here;
 }
 
 void Driver::load_whole(Partition& whole, const std::vector<float>& params) {
@@ -275,7 +316,7 @@ void Driver::stream_batch(int64_t step, Batch batch) {
   const int64_t target_floats = numel(target);
   const int m = static_cast<int>(std::min<int64_t>(cfg_.microbatches, batch.size));
   const auto deadline = static_cast<uint32_t>(std::min<int64_t>(step_deadline().count(), UINT32_MAX));
-  const Message sc = command_message(StepCmd{step, batch.size, deadline}, session_->next_request_id());
+  const Message sc = command_message(StepCmd{step, batch.size, deadline, plan_epoch_}, session_->next_request_id());
   for (const auto& d : devices_) send(d.name, sc);
   auto xs = std::make_shared<std::vector<float>>(std::move(batch.x));
   auto ys = std::make_shared<std::vector<float>>(std::move(batch.y));
@@ -296,7 +337,10 @@ void Driver::collect(int64_t upto) {
   while (next_loss_step_ < upto) {
     auto it = last_metrics_.find(next_loss_step_);
     if (it == last_metrics_.end()) {
-      if (Clock::now() - last_progress_ > step_deadline() + Millis(opts_.peer_timeout_ms)) fail(stall_report());
+      if (Clock::now() - last_progress_ > step_deadline() + Millis(opts_.peer_timeout_ms)) {
+        const std::string text = stall_report();
+        throw DeviceLost(text, devices_[static_cast<size_t>(late_stage())].name, "stalled");
+      }
       (void)receive(Millis(50));
       continue;
     }
@@ -307,6 +351,10 @@ void Driver::collect(int64_t upto) {
       slowest_step_ = std::max(slowest_step_, step_done_.back() - step_done_[step_done_.size() - 2]);
     last_metrics_.erase(it);
     ++next_loss_step_;
+    if (catch_up_step_ >= 0 && next_loss_step_ >= catch_up_step_) {  // back where the loss was: caught up
+      recoveries_.back()["catch_up_seconds"] = seconds_since(restored_at_);
+      catch_up_step_ = -1;
+    }
     bar_->update(next_loss_step_ - epoch_first_step_, loss,
                  epoch_samples_ / std::max(1e-9, seconds_since(t_epoch_)));
   }
@@ -324,18 +372,25 @@ Millis Driver::step_deadline() const {
   return Millis(opts_.peer_timeout_ms) + duration_cast<Millis>(allowance);
 }
 
+// The first stage that has not finished the step the run waits for.
+int Driver::late_stage() const {
+  for (const auto& d : devices_) {
+    const auto it = progress_.find(d.name);
+    if ((it == progress_.end() ? -1 : it->second) < next_loss_step_) return d.stage;
+  }
+  return 0;
+}
+
 // What a stalled run was waiting for: each stage's last finished step.
 std::string Driver::stall_report() const {
   std::string stages;
-  int behind = -1;
   for (const auto& d : devices_) {
     const auto it = progress_.find(d.name);
     const int64_t done = it == progress_.end() ? -1 : it->second;
-    if (behind < 0 && done < next_loss_step_) behind = d.stage;
     stages += (stages.empty() ? "" : ", ") + std::string("stage ") + std::to_string(d.stage) + " (" + d.name + ") " +
               (done < 0 ? "none yet" : "step " + std::to_string(done));
   }
-  const StageDevice& late = devices_[static_cast<size_t>(std::max(0, behind))];
+  const StageDevice& late = devices_[static_cast<size_t>(late_stage())];
   return "the pipeline stalled: no stage finished a step for " +
          std::to_string(std::chrono::duration_cast<Millis>(Clock::now() - last_progress_).count() / 1000) +
          " s (the deadline is " + std::to_string(step_deadline().count() + opts_.peer_timeout_ms) +
@@ -363,6 +418,7 @@ std::vector<float> Driver::gather_params() {
 
 // Ends every stage's job, collecting its trace and busy time; releases the rest.
 void Driver::finish_stages() {
+  acked_.clear();  // each registers again once its job has ended: that is no loss now
   for (const auto& d : devices_) {
     const Received r = request(d.name, command_message(FinishCmd{}), "the finish request", Millis(30000));
     session_->pool().release(d.name);
@@ -398,7 +454,7 @@ void Driver::write_trace() {
 }
 
 nlohmann::json Driver::result(const EvalResult& ev, int64_t parameters) const {
-  TrainSummary summary{"pipeline", spec_, train_, test_, start_.position.step, step_ - start_.position.step, losses_,
+  TrainSummary summary{"pipeline", spec_, train_, test_, first_position_.step, step_ - first_position_.step, losses_,
                        ev, train_seconds_, seconds_since(t_start_), samples_, ocfg_, parameters};
   summary.val_losses = val_losses_;
   nlohmann::json out = training_result(cfg_, summary);
@@ -426,6 +482,7 @@ nlohmann::json Driver::result(const EvalResult& ev, int64_t parameters) const {
   }
   out["stage_busy"] = busy_;
   out["refused_messages"] = session_->pool().refused_json();
+  out.update(recovery_json());
   const int p = static_cast<int>(devices_.size());
   out["bubble_theoretical"] = static_cast<double>(p - 1) / static_cast<double>(cfg_.microbatches + p - 1);
   if (!opts_.trace_path.empty()) out["trace"] = opts_.trace_path;
@@ -457,7 +514,7 @@ nlohmann::json Driver::stages_json() const {
 // consecutive steps' completions (the first step's set-up and warm-up
 // excluded); the plain mean over the run is reported beside it.
 nlohmann::json Driver::prediction() const {
-  const int64_t run_steps = step_ - start_.position.step;
+  const int64_t run_steps = step_ - first_position_.step;
   const double mean = run_steps > 0 ? train_seconds_ / static_cast<double>(run_steps) : 0.0;
   std::vector<double> gaps;
   for (size_t i = 1; i < step_done_.size(); ++i)
@@ -480,15 +537,25 @@ void Driver::fail(const std::string& text) { throw std::runtime_error(text); }
 
 void Driver::send(const std::string& peer, const Message& m) {
   Status s = session_->server().send(peer, m);
-  if (!s) fail("cannot reach device " + peer + " at step " + std::to_string(current_step_) + ": " + s.failure().message);
+  if (s) return;
+  const std::string text =
+      "cannot reach device " + peer + " at step " + std::to_string(current_step_) + ": " + s.failure().message;
+  if (is_stage(peer)) throw DeviceLost(text, peer, "unreachable: " + s.failure().message);
+  fail(text);
+}
+
+bool Driver::is_stage(const std::string& peer) const {
+  return assigned_ && std::any_of(devices_.begin(), devices_.end(), [&](const StageDevice& d) { return d.name == peer; });
 }
 
 void Driver::fail_if_a_stage_died() {
+  if (!assigned_) return;
   for (const auto& d : devices_) {
     const PoolPeer& p = session_->pool().at(d.name);
     if (p.dead && !p.released)
-      fail("device " + d.name + " (stage " + std::to_string(d.stage) + ") " + p.dead_reason + " at step " +
-           std::to_string(current_step_));
+      throw DeviceLost("device " + d.name + " (stage " + std::to_string(d.stage) + ") " + p.dead_reason +
+                           " at step " + std::to_string(current_step_),
+                       d.name, p.dead_reason);
   }
 }
 
@@ -497,10 +564,25 @@ std::optional<Received> Driver::receive(Millis timeout) {
   fail_if_a_stage_died();
   if (!r) return std::nullopt;
   Received& got = *r;
-  if (auto* e = std::get_if<ErrorMsg>(&got.message.body)) {
-    if (assigned_ || e->code != ErrorCode::kNotAssigned)
-      fail("device " + got.peer + " reported an error at step " + std::to_string(current_step_) + ": " + e->message);
+  if (std::holds_alternative<RegisterMsg>(got.message.body)) {
+    offer_spare(got);  // a new or returning device, or a stage that left its job (DeviceLost)
     return std::nullopt;
+  }
+  if (auto* e = std::get_if<ErrorMsg>(&got.message.body)) {
+    const std::string text =
+        "device " + got.peer + " reported an error at step " + std::to_string(current_step_) + ": " + e->message;
+    // A spare's, or the answer to a request of an earlier plan (a step the
+    // daemon popped after that job ended): it changes nothing now.
+    const bool stale = e->request_id != 0 && e->request_id < plan_first_request_;
+    if (stale || !is_stage(got.peer)) {
+      if (assigned_ || e->code != ErrorCode::kNotAssigned)
+        session_->pool().refuse(got.peer, stale ? "stale_plan_epoch" : "error_outside_plan",
+                                "refused an error report of " + got.peer + " (" + e->message + "): " +
+                                    (stale ? "it answers a request of an earlier plan" : "it runs no stage of this plan"));
+      return std::nullopt;
+    }
+    if (e->code == ErrorCode::kRefused) fail(text);  // an assignment it cannot take: re-planning would repeat it
+    throw DeviceLost(text, got.peer, "its job failed: " + e->message);
   }
   if (auto* mm = std::get_if<MetricsMsg>(&got.message.body)) {
     accept_metrics(got.peer, *mm);
@@ -514,6 +596,13 @@ std::optional<Received> Driver::receive(Millis timeout) {
 // step in flight; the last stage's loss must be finite.
 void Driver::accept_metrics(const std::string& peer, const MetricsMsg& mm) {
   PeerPool& pool = session_->pool();
+  if (mm.job_id != job_id_ || mm.plan_epoch != plan_epoch_) {
+    pool.refuse(peer, "stale_plan_epoch",
+                "refused metrics from " + peer + " for step " + std::to_string(mm.step) + " of plan " +
+                    std::to_string(mm.plan_epoch) + (mm.job_id != job_id_ ? " of another job" : "") +
+                    ": the run is in plan " + std::to_string(plan_epoch_));
+    return;
+  }
   const auto it = std::find_if(devices_.begin(), devices_.end(), [&](const StageDevice& d) { return d.name == peer; });
   if (it == devices_.end() || it->stage < 0 || mm.stage != it->stage) {
     pool.refuse(peer, "metrics_from_wrong_stage",
@@ -560,7 +649,10 @@ Received Driver::wait_for_reply(const std::string& peer, uint64_t request_id, co
     auto got = receive(Millis(100));
     if (got) keep_reply(std::move(*got));
   }
-  fail("device " + peer + " did not answer " + what + " within " + std::to_string(timeout.count() / 1000) + " s");
+  const std::string text =
+      "device " + peer + " did not answer " + what + " within " + std::to_string(timeout.count() / 1000) + " s";
+  if (is_stage(peer)) throw DeviceLost(text, peer, "did not answer " + std::string(what));
+  fail(text);
 }
 
 nlohmann::json Driver::ack_detail(const Received& r) {

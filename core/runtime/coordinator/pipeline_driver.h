@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -26,6 +27,7 @@
 #include "core/runtime/common/stage_state.h"
 #include "core/runtime/coordinator/pipeline.h"
 #include "core/runtime/coordinator/session.h"
+#include "core/train/checkpoint_dir.h"
 #include "core/train/evaluate.h"
 #include "core/train/progress.h"
 #include "transport/message.h"
@@ -50,6 +52,15 @@ std::optional<Backend> registered_backend(const nlohmann::json& details);
 // registers: "" when usable, else why not (pipeline_profile.cpp).
 std::string check_pipeline_details(const nlohmann::json& details);
 
+// A stage's device is gone for this plan (dead, disconnected, silent, its
+// job failed or ended): what recovery starts from. Any other failure is a
+// std::runtime_error that ends the run.
+struct DeviceLost : std::runtime_error {
+  DeviceLost(const std::string& text, std::string device_name, std::string why)
+      : std::runtime_error(text), device(std::move(device_name)), reason(std::move(why)) {}
+  std::string device, reason;
+};
+
 class Driver {
  public:
   Driver(const TrainConfig& cfg, const ClusterOptions& opts) : cfg_(cfg), opts_(opts) {}
@@ -62,11 +73,14 @@ class Driver {
   void register_devices();
   nlohmann::json profile_result();  // `cleave profile`: what profile_cluster measured
   void plan();
+  void choose_stages();  // bounds_ and devices_ (in stage order) over the live devices
   void assign_stages();
   void train();
+  void end_of_step(int64_t per_epoch);  // checkpoints that fall due after step_
   void stream_batch(int64_t step, Batch batch);
   void collect(int64_t upto);  // records the losses of every step < upto, in order
   transport::Millis step_deadline() const;
+  int late_stage() const;
   std::string stall_report() const;
   std::vector<float> gather_params();
   // The gathered `params` into `whole` (the whole model); fails on a size mismatch.
@@ -78,6 +92,19 @@ class Driver {
   nlohmann::json prediction() const;
   nlohmann::json stages_json() const;
 
+  // Recovery (pipeline_recovery.cpp).
+  void open_checkpoints();
+  void checkpoint(bool to_dir, bool to_save);
+  void recover(const DeviceLost& lost);
+  void settle_stages();  // ends the plan's jobs; the devices that do not come back are dead
+  void replan(int64_t lost_step);
+  StartingPoint restore_point(nlohmann::json& from);
+  void check_fits() const;
+  void offer_spare(const transport::Received& r);
+  std::string resume_hint() const;
+  void remove_temporary_checkpoints();
+  nlohmann::json recovery_json() const;
+
   // Planner input from the live devices (pipeline_profile.cpp).
   Cluster profile_cluster();
   // Round-trip probes to `peer`: (one-way latency ms, bandwidth Mbit/s).
@@ -86,6 +113,7 @@ class Driver {
   // Messages (pipeline_driver.cpp).
   std::optional<transport::Received> receive(transport::Millis timeout);
   void fail_if_a_stage_died();
+  bool is_stage(const std::string& peer) const;  // a device of the plan being run
   void accept_metrics(const std::string& peer, const transport::MetricsMsg& mm);
   void send(const std::string& peer, const transport::Message& m);
   [[noreturn]] static void fail(const std::string& text);
@@ -156,6 +184,23 @@ class Driver {
   std::vector<TraceEvent> events_;
   nlohmann::json busy_ = nlohmann::json::array();
   std::vector<nlohmann::json> stage_memory_;  // per stage: what its daemon estimated and measured
+
+  // Recovery.
+  std::unique_ptr<CheckpointDir> checkpoints_;
+  bool temporary_checkpoints_ = false;  // ours: removed when the run succeeds
+  int64_t checkpoints_written_ = 0;
+  nlohmann::json checkpoint_warnings_ = nlohmann::json::array();  // corrupt checkpoints skipped
+  nlohmann::json resumed_;                                        // --resume: where from
+  nlohmann::json recoveries_ = nlohmann::json::array();
+  TrainPosition first_position_;  // where this coordinator started (--load, --resume or 0)
+  uint64_t job_id_ = 0;
+  uint32_t plan_epoch_ = 0;
+  uint64_t plan_first_request_ = 0;  // requests (and their answers) of earlier plans have smaller ids
+  std::set<std::string> acked_;     // stage devices whose assignment was acknowledged this plan
+  std::set<std::string> left_job_;  // stage devices seen registering again since the loss
+  int64_t catch_up_step_ = -1;    // after a recovery: the step to reach again, and since when
+  Clock::time_point restored_at_;
+  bool in_epoch_ = false;
 
   uint64_t probe_seq_ = 0;
   std::pair<std::string, uint64_t> awaiting_;    // the request in flight: (peer, request id)

@@ -264,7 +264,7 @@ class PipelineStage {
   std::optional<JobEnd> handle(const Command& c, uint64_t rid) {
     try {
       if (const auto* s = std::get_if<StepCmd>(&c)) {
-        step(*s);
+        step(*s, rid);
       } else if (const auto* k = std::get_if<ConnectCmd>(&c)) {
         connect(*k);
         ctx_.channel.send(ack_message(rid, {{"op", "connect"}}));
@@ -310,8 +310,17 @@ class PipelineStage {
     }
   }
 
-  void step(const StepCmd& s) {
+  void step(const StepCmd& s, uint64_t rid) {
     StageJob& job = *job_;
+    const auto& pj = std::get<PipelineJob>(job.assign.job);
+    if (s.plan_epoch != pj.plan_epoch) {  // not this stage's plan: running it would mix two plans' tensors
+      ctx_.channel.send(error_message(ErrorCode::kBadMessage,
+                                      ctx_.options.name + " refused step " + std::to_string(s.step) + " of plan " +
+                                          std::to_string(s.plan_epoch) + ": its stage belongs to plan " +
+                                          std::to_string(pj.plan_epoch),
+                                      rid));
+      return;
+    }
     const int m = static_cast<int>(std::min<int64_t>(job.microbatches, s.batch));
     DaemonIO io(ctx_, job, Millis(s.deadline_ms));
     auto actions = make_schedule(job.schedule, job.stage->index(), job.stage->count(), m);
@@ -325,6 +334,8 @@ class PipelineStage {
     mm.correct = sm.correct;
     mm.sample_count = sm.samples;
     mm.step_ms = (monotonic_us() - t0) / 1000.0;
+    mm.job_id = pj.job_id;
+    mm.plan_epoch = pj.plan_epoch;
     ctx_.channel.send(message_of(mm));
     report_links();
     const bool last = job.stage->index() == job.stage->count() - 1;
