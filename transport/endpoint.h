@@ -81,6 +81,8 @@ struct SocketTuning {
   int send_timeout_ms = 10000;                 // send() fails with kTimeout after this
   int linger_ms = 500;                         // how long close waits for unsent messages
   int high_water_mark = 1000;                  // messages queued per peer
+  int reconnect_ms = 100;                      // a client dials again after this, doubling per failure
+  int reconnect_max_ms = 2000;                 //   up to this (ZMQ_RECONNECT_IVL, _MAX)
 };
 
 // ZMQ_MAXMSGSIZE is set to twice the largest application limit: frames

@@ -31,8 +31,8 @@ void apply_tuning(zmq::socket_t& s, const SocketTuning& t) {
   s.set(zmq::sockopt::heartbeat_ttl, t.heartbeat_timeout_ms);
   s.set(zmq::sockopt::handshake_ivl, t.handshake_timeout_ms);
   s.set(zmq::sockopt::maxmsgsize, transport_frame_cap(t.limits));
-  s.set(zmq::sockopt::reconnect_ivl, 100);
-  s.set(zmq::sockopt::reconnect_ivl_max, 2000);
+  s.set(zmq::sockopt::reconnect_ivl, t.reconnect_ms);
+  s.set(zmq::sockopt::reconnect_ivl_max, t.reconnect_max_ms);
 }
 
 void check_keypair(const KeyPair& k, const char* who) {

@@ -30,7 +30,7 @@
 namespace cleave::transport {
 
 // Bumped whenever the meaning of the wire format changes; receivers reject others.
-inline constexpr uint16_t kProtocolVersion = 2;
+inline constexpr uint16_t kProtocolVersion = 3;
 // Largest tensor rank accepted on the wire.
 inline constexpr size_t kMaxRank = 8;
 inline constexpr size_t kMaxSecAggClients = 255;  // Shamir over GF(2^8): x in [1, 255]

@@ -22,24 +22,17 @@
 #include <nlohmann/json.hpp>
 
 #include "apps/common/processes.h"
+#include "child_process.h"
 #include "integration/daemon_cluster.h"
 #include "skip.h"
 
 namespace {
 
+using cleave::testing::count_of;
 using cleave::testing::DaemonCluster;
+using cleave::testing::read_text;
+using cleave::testing::wait_exit;
 using namespace std::chrono_literals;
-
-std::string read_text(const std::string& path) {
-  std::ifstream in(path);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
-size_t count_of(const std::string& text, const std::string& needle) {
-  size_t n = 0;
-  for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
-  return n;
-}
 
 // A `cleave train` coordinator of the cluster's two daemons on `endpoint`.
 pid_t start_coordinator(const DaemonCluster& cluster, const std::string& endpoint, int64_t limit_train,
@@ -51,16 +44,6 @@ pid_t start_coordinator(const DaemonCluster& cluster, const std::string& endpoin
                         "--listen", endpoint, "--register-timeout", "60000", "--json",
                         cluster.dir() + "/" + tag + ".json", "--no-progress"},
                        cluster.dir() + "/" + tag + ".log");
-}
-
-// Waits up to `seconds` for `pid` to exit; its status, or -1 when it still runs.
-int wait_exit(pid_t pid, int seconds) {
-  for (int i = 0; i < seconds * 10; ++i) {
-    int status = 0;
-    if (waitpid(pid, &status, WNOHANG) == pid) return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
-    std::this_thread::sleep_for(100ms);
-  }
-  return -1;
 }
 
 bool alive(pid_t pid) { return kill(pid, 0) == 0; }

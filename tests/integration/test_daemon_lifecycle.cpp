@@ -55,6 +55,9 @@ class FakeCoordinator {
   std::string peer_;
 };
 
+constexpr uint64_t kJobId = 0x5eed0000beefULL;
+constexpr uint32_t kPlanEpoch = 2;
+
 AssignMsg single_stage(const ModelSpec& spec, int64_t batch) {
   AssignMsg a;
   a.stage = 0;
@@ -63,7 +66,7 @@ AssignMsg single_stage(const ModelSpec& spec, int64_t batch) {
   a.layer_end = spec.num_layers();
   a.model_spec_json = spec.to_json().dump();
   a.optimizer = to_wire(OptimizerConfig{});
-  a.job = PipelineJob{schedule_to_wire(ScheduleKind::gpipe), 1, 3, batch};
+  a.job = PipelineJob{schedule_to_wire(ScheduleKind::gpipe), 1, 3, batch, kJobId, kPlanEpoch};
   return a;
 }
 
@@ -108,11 +111,13 @@ TEST_CASE("a daemon that loses its coordinator mid-job frees its memory and regi
   CHECK(ack.request_id == 11);
   coord.send(command_message(ConnectCmd{}, 12));
   (void)coord.next<AckMsg>(10s);
-  coord.send(command_message(StepCmd{0, batch}, 13));
+  coord.send(command_message(StepCmd{0, batch, 0, kPlanEpoch}, 13));
   coord.send(tensor(TensorKind::kInput, 0, batched(batch, spec.input), 0.5f));
   coord.send(tensor(TensorKind::kLabels, 0, {batch}, 3.0f));
   auto [metrics, mm] = coord.next<MetricsMsg>(20s);
   CHECK(metrics.sample_count == batch);
+  CHECK(metrics.job_id == kJobId);  // the coordinator tells a stale plan's metrics by these
+  CHECK(metrics.plan_epoch == kPlanEpoch);
 
   // Now the coordinator falls silent. The daemon must give up on the job after
   // --coordinator-timeout and come back as a free device.
@@ -157,6 +162,10 @@ TEST_CASE("a daemon answers commands that do not fit its state with errors and k
   auto [e3, me3] = coord.next<ErrorMsg>(10s);
   CHECK(e3.code == ErrorCode::kBadMessage);
   CHECK_THAT(e3.message, Catch::Contains("fed_round"));
+  coord.send(command_message(StepCmd{0, 8, 0, kPlanEpoch - 1}, 9));  // a step of an earlier plan: not run
+  auto [e4, me4] = coord.next<ErrorMsg>(10s);
+  CHECK(e4.request_id == 9);
+  CHECK_THAT(e4.message, Catch::Contains("refused step 0 of plan 1: its stage belongs to plan 2"));
 
   coord.send(command_message(FinishCmd{}, 8));
   auto [fin, mf] = coord.next<AckMsg>(10s);

@@ -87,11 +87,15 @@ TEST_CASE("3 daemons reproduce local training (gpipe and 1f1b)", "[integration][
   }
 }
 
-TEST_CASE("a daemon that dies mid-run stops the coordinator with the device and step", "[integration][pipeline]") {
+// The floor under recovery (test_pipeline_recovery.cpp): with no recovery
+// allowed, a lost device ends the run at once, saying which and when.
+TEST_CASE("with --max-recoveries 0 a daemon that dies mid-run stops the coordinator with the device and step",
+          "[integration][pipeline]") {
   CLEAVE_SKIP_UNLESS_FASHION_MNIST();
   TrainConfig cfg = small_config("models/cnn.json", 20000, 100);
   DaemonCluster cluster(3);
   ClusterOptions cl = cluster.options(3);
+  cl.max_recoveries = 0;
   pid_t victim = 0;
   std::chrono::steady_clock::time_point killed_at;
   std::thread killer;
@@ -114,7 +118,8 @@ TEST_CASE("a daemon that dies mid-run stops the coordinator with the device and 
   const auto stopped_at = std::chrono::steady_clock::now();
   killer.join();
   INFO(message);
-  CHECK_THAT(message, Catch::Contains("dev2") && Catch::Contains("step"));
+  CHECK_THAT(message, Catch::Contains("dev2") && Catch::Contains("step") && Catch::Contains("--max-recoveries") &&
+                          Catch::Contains("cleave train --resume"));
   // Noticed through the disconnect or at the latest the peer timeout (5 s),
   // plus room for a loaded machine: not a hang.
   CHECK(std::chrono::duration<double>(stopped_at - killed_at).count() < cl.peer_timeout_ms / 1000.0 + 10.0);

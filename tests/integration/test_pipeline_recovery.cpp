@@ -23,25 +23,18 @@
 
 #include "apps/common/processes.h"
 #include "core/train/train_checkpoint.h"
+#include "child_process.h"
 #include "integration/daemon_cluster.h"
 #include "skip.h"
 
 namespace {
 
+using cleave::testing::count_of;
 using cleave::testing::DaemonCluster;
+using cleave::testing::read_text;
+using cleave::testing::wait_exit;
 using namespace std::chrono_literals;
 namespace fs = std::filesystem;
-
-std::string read_text(const std::string& path) {
-  std::ifstream in(path);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
-size_t count_of(const std::string& text, const std::string& needle) {
-  size_t n = 0;
-  for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
-  return n;
-}
 
 std::string loopback() { return "tcp://127.0.0.1:" + std::to_string(cleave::testing::free_loopback_port()); }
 
@@ -59,15 +52,6 @@ pid_t start_coordinator(const DaemonCluster& cluster, const std::string& endpoin
                                    cluster.dir() + "/" + tag + ".ckpt", "--no-progress"};
   argv.insert(argv.end(), extra.begin(), extra.end());
   return cleave::spawn(argv, cluster.dir() + "/" + tag + ".log");
-}
-
-int wait_exit(pid_t pid, int seconds) {
-  for (int i = 0; i < seconds * 10; ++i) {
-    int status = 0;
-    if (waitpid(pid, &status, WNOHANG) == pid) return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
-    std::this_thread::sleep_for(100ms);
-  }
-  return -1;
 }
 
 // Waits until `n` daemons of the cluster's logs say they hold a stage.
@@ -105,6 +89,16 @@ double relative_difference(const std::vector<float>& got, const std::vector<floa
     norm += double(want[i]) * want[i];
   }
   return std::sqrt(diff / norm);
+}
+
+// The checkpoint files in `dir`, oldest first (none while it does not exist).
+std::vector<std::string> checkpoints_in(const std::string& dir) {
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec))
+    if (e.path().extension() == ".ckpt") out.push_back(e.path().string());
+  std::sort(out.begin(), out.end());
+  return out;
 }
 
 const std::vector<std::string> kDaemonFlags = {"--max-jobs", "8", "--coordinator-timeout", "3000"};
@@ -167,7 +161,7 @@ TEST_CASE("a daemon killed at a random step: the run re-plans onto the spare and
   CHECK(out["recoveries"][0]["detect_seconds"].get<double>() < 1.5);  // a closed connection, not a timeout
 }
 
-TEST_CASE("a daemon frozen past --peer-timeout is lost like a dead one; woken, it cannot disturb the run",
+TEST_CASE("a daemon frozen past --peer-timeout is lost like a dead one, and woken it cannot disturb the run",
           "[integration][pipeline][recovery][slow]") {
   CLEAVE_SKIP_UNLESS_FASHION_MNIST();
   (void)reference_weights();
@@ -181,7 +175,7 @@ TEST_CASE("a daemon frozen past --peer-timeout is lost like a dead one; woken, i
   CHECK(out["recoveries"][0]["detect_seconds"].get<double>() >= 1.4);  // silence, measured against --peer-timeout
 }
 
-TEST_CASE("a killed coordinator restarted with --resume ends with the uninterrupted weights; a corrupt newest "
+TEST_CASE("a killed coordinator restarted with --resume ends with the uninterrupted weights, and a corrupt newest "
           "checkpoint falls back to the one before it",
           "[integration][pipeline][recovery][slow]") {
   CLEAVE_SKIP_UNLESS_FASHION_MNIST();
@@ -193,18 +187,11 @@ TEST_CASE("a killed coordinator restarted with --resume ends with the uninterrup
   std::vector<pid_t> daemons;
   for (int i = 1; i <= 3; ++i) daemons.push_back(cluster.start(i, endpoint, kDaemonFlags));
   // Kill it once it has written two checkpoints.
-  auto checkpoints = [&] {
-    std::vector<std::string> out;
-    for (const auto& e : fs::directory_iterator(dir))
-      if (e.path().extension() == ".ckpt") out.push_back(e.path().string());
-    std::sort(out.begin(), out.end());
-    return out;
-  };
-  for (int i = 0; i < 1200 && (!fs::exists(dir) || checkpoints().size() < 2); ++i) std::this_thread::sleep_for(50ms);
-  REQUIRE(checkpoints().size() >= 2);
+  for (int i = 0; i < 1200 && checkpoints_in(dir).size() < 2; ++i) std::this_thread::sleep_for(50ms);
+  REQUIRE(checkpoints_in(dir).size() >= 2);
   REQUIRE(kill(first, SIGKILL) == 0);
   REQUIRE(wait_exit(first, 10) == 128);
-  const auto kept = checkpoints();
+  const auto kept = checkpoints_in(dir);
   // The newest one is damaged (a disk error, a torn copy): resume must skip it.
   {
     std::fstream f(kept.back(), std::ios::in | std::ios::out | std::ios::binary);
@@ -229,6 +216,30 @@ TEST_CASE("a killed coordinator restarted with --resume ends with the uninterrup
   for (pid_t p : daemons) CHECK(kill(p, 0) == 0);
   const auto got = cleave::load_training_state(cluster.dir() + "/first.ckpt").params;  // --save, recorded
   CHECK(relative_difference(got, reference_weights()) <= 1e-5);
+}
+
+TEST_CASE("a model that no longer fits the devices left stops the run saying how much memory is missing",
+          "[integration][pipeline][recovery]") {
+  CLEAVE_SKIP_UNLESS_FASHION_MNIST();
+  DaemonCluster cluster(2);
+  const std::string endpoint = loopback();
+  const std::string dir = cluster.dir() + "/ckpts";
+  // Two stages fit dev1's 36 MiB; the whole model on it alone does not.
+  const pid_t c = start_coordinator(cluster, endpoint, 2, "small",
+                                    {"--checkpoint-dir", dir, "--checkpoint-every", "2", "--peer-timeout", "1500"});
+  cluster.start(1, endpoint, {"--max-jobs", "8", "--memory-limit", "36M"});
+  const pid_t dev2 = cluster.start(2, endpoint, kDaemonFlags);
+  REQUIRE(wait_assigned(cluster, 2, 2));
+  for (int i = 0; i < 600 && checkpoints_in(dir).empty(); ++i) std::this_thread::sleep_for(50ms);
+  REQUIRE(kill(dev2, SIGKILL) == 0);
+  const int code = wait_exit(c, 120);
+  const std::string log = read_text(cluster.dir() + "/small.log");
+  INFO(log << cluster.log(1));
+  CHECK(code == 1);
+  CHECK_THAT(log, Catch::Contains("no longer fits the 1 device(s) left") &&
+                      Catch::Contains("stage 0 on dev1 needs") && Catch::Contains("MiB missing") &&
+                      Catch::Contains("cleave train --resume " + dir));
+  CHECK(!checkpoints_in(dir).empty());  // kept for the resume
 }
 
 TEST_CASE("cleave train --resume refuses what it cannot resume, saying why", "[integration][pipeline][recovery]") {

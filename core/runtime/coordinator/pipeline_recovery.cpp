@@ -177,8 +177,9 @@ void Driver::settle_stages() {
     for (auto it = waiting.begin(); it != waiting.end();)
       it = pool.at(*it).dead ? waiting.erase(it) : std::next(it);
     if (!got) continue;
-    if (std::holds_alternative<RegisterMsg>(got->message.body)) {
+    if (const auto* reg = std::get_if<RegisterMsg>(&got->message.body)) {
       if (waiting.erase(got->peer) == 0) offer_spare(*got);
+      else pool.at(got->peer).reg = *reg;  // back, its job's memory freed: what the re-plan counts
     } else if (const auto* mm = std::get_if<MetricsMsg>(&got->message.body)) {
       accept_metrics(got->peer, *mm);  // of the plan that ended: refused as stale once the epoch moves on
     }

@@ -154,6 +154,10 @@ int run_daemon(const DaemonOptions& opts_in, const std::atomic<bool>& stop) {
   copts.server_public_key = coordinator_key;
   copts.insecure = opts.insecure;
   copts.label = "cleaved " + opts.name;
+  // A lost coordinator is dialled again 1 s later, the wait doubling to 30 s
+  // (docs/recovery.md); once connected, the daemon registers every second.
+  copts.tuning.reconnect_ms = 1000;
+  copts.tuning.reconnect_max_ms = 30000;
   ClientEndpoint client(copts);
   JobChannel channel(client, opts.name);
   const auto watching = watch_daemon(metrics.get(), *device, client, channel);  // declared after what it reads
