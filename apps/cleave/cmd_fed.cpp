@@ -12,16 +12,38 @@
 #include "apps/flag_checks.h"
 #include "core/runtime/coordinator/fed_coordinator.h"
 #include "core/train/checkpoint_dir.h"
-#include "transport/log.h"
 
 namespace cleave {
 namespace {
+
+// Where the rounds start and where their checkpoints go: --save, --load,
+// --init, --checkpoint-dir and --resume (whose directory it returns).
+std::shared_ptr<std::string> add_checkpoint_flags(CLI::App& cmd, TrainFlags& flags, FedOptions& o) {
+  cmd.add_option("--save", flags.config.save_path,
+                 "Write the global weights here after every round, atomically (a federated checkpoint)");
+  cmd.add_option("--load", flags.config.load_path,
+                 "Resume from a checkpoint written by cleave fed --save (--rounds counts its rounds too)");
+  cmd.add_option("--init", flags.config.init_path, "Start from weights in a safetensors file (PyTorch layout)");
+  cmd.add_option("--checkpoint-dir", o.checkpoint_dir,
+                 "Write each round's global weights here (step-ROUNDS.ckpt, the newest two kept) and the command "
+                 "line (default: beside --save, or a new directory under $TMPDIR)");
+  auto resume_dir = std::make_shared<std::string>();
+  cmd.add_option("--resume", *resume_dir,
+                 "Continue a stopped run from the newest valid checkpoint in its --checkpoint-dir, with the flags "
+                 "it recorded there (flags given now replace them)");
+  return resume_dir;
+}
 
 // Where the run's round checkpoints go (--checkpoint-dir, --resume's
 // directory, or beside --save / a fresh temporary one), created; records the
 // command line there for --resume. The default directory beside --save is
 // this run's own: checkpoints a previous run left there are removed.
 void prepare_checkpoint_dir(CLI::App& cmd, const TrainFlags& flags, FedOptions& o, const std::string& resume_dir) {
+  if (!resume_dir.empty())
+    for (const char* name : {"--load", "--init"})
+      if (cmd.get_option(name)->count() > 0)
+        throw UsageError("--resume " + resume_dir + " continues from its newest checkpoint: give no " + name +
+                         " with it (start a new run with " + name + " instead)");
   const bool given = cmd.get_option("--checkpoint-dir")->count() > 0;
   if (!resume_dir.empty()) {
     o.checkpoint_dir = resume_dir;  // --resume DIR wins over a --checkpoint-dir it recorded
@@ -44,6 +66,17 @@ void prepare_checkpoint_dir(CLI::App& cmd, const TrainFlags& flags, FedOptions& 
   cmd.get_option("--load")->clear();
   cmd.get_option("--init")->clear();
   record_run_command(o.checkpoint_dir, cmd);
+}
+
+void print_summary(const nlohmann::json& result) {
+  std::printf("test_accuracy %.4f  rounds %zu  strategy %s  wall %.1f s", result["test_accuracy"].get<double>(),
+              result["rounds"].size(), result["strategy"].get<std::string>().c_str(),
+              result["wall_seconds"].get<double>());
+  if (result.contains("epsilon"))
+    std::printf("  epsilon %s (delta %g)%s", result["epsilon"].is_null() ? "inf" : std::to_string(result["epsilon"].get<double>()).c_str(),
+                result["dp_delta"].get<double>(),
+                result["stopped_reason"] == "dp_target_epsilon" ? ", stopped at --dp-target-epsilon" : "");
+  std::printf("\n");
 }
 
 }  // namespace
@@ -111,18 +144,7 @@ void add_fed_command(CLI::App& root) {
   cmd->add_option("--peer-timeout", o->peer_timeout_ms, "A client silent this many ms is dropped")
       ->capture_default_str()->check(flag_checks::positive());
   cmd->add_flag("--shutdown-clients", o->shutdown_clients, "Tell the clients to exit at the end");
-  cmd->add_option("--save", flags->config.save_path,
-                  "Write the global weights here after every round, atomically (a federated checkpoint)");
-  cmd->add_option("--load", flags->config.load_path,
-                  "Resume from a checkpoint written by cleave fed --save (--rounds counts its rounds too)");
-  cmd->add_option("--init", flags->config.init_path, "Start from weights in a safetensors file (PyTorch layout)");
-  cmd->add_option("--checkpoint-dir", o->checkpoint_dir,
-                  "Write each round's global weights here (step-ROUNDS.ckpt, the newest two kept) and the command "
-                  "line (default: beside --save, or a new directory under $TMPDIR)");
-  auto resume_dir = std::make_shared<std::string>();
-  cmd->add_option("--resume", *resume_dir,
-                  "Continue a stopped run from the newest valid checkpoint in its --checkpoint-dir, with the flags "
-                  "it recorded there (flags given now replace them)");
+  auto resume_dir = add_checkpoint_flags(*cmd, *flags, *o);
   cmd->callback([cmd, flags, o, mu, krum_f, krum_m, t, range, bits, resume_dir]() {
     // Flags of `cleave train` that mean nothing here: the clients own the training data.
     for (const char* name : {"--epochs", "--limit-train", "--max-steps", "--microbatches", "--text"})
@@ -130,11 +152,6 @@ void add_fed_command(CLI::App& root) {
         throw UsageError(std::string(name) + " does not apply to cleave fed: use --rounds/--local-epochs, and "
                        "give clients their data with cleaved --dataset/--shard/--limit-train");
     finish_train_flags(*flags);
-    if (!resume_dir->empty())
-      for (const char* name : {"--load", "--init"})
-        if (cmd->get_option(name)->count() > 0)
-          throw UsageError(std::string("--resume ") + *resume_dir + " continues from its newest checkpoint: give no " +
-                           name + " with it (start a new run with " + name + " instead)");
     if (mu->count() > 0 && o->strategy != "fedprox")
       throw UsageError("--mu applies to --strategy fedprox only");
     if (krum_f->count() > 0 && o->strategy != "krum" && o->strategy != "multi-krum")
@@ -153,14 +170,7 @@ void add_fed_command(CLI::App& root) {
     prepare_checkpoint_dir(*cmd, *flags, *o, *resume_dir);
     nlohmann::json result = train_federated(flags->config, *o);
     write_result_json(flags->json_path, result);
-    std::printf("test_accuracy %.4f  rounds %zu  strategy %s  wall %.1f s", result["test_accuracy"].get<double>(),
-                result["rounds"].size(), result["strategy"].get<std::string>().c_str(),
-                result["wall_seconds"].get<double>());
-    if (result.contains("epsilon"))
-      std::printf("  epsilon %s (delta %g)%s", result["epsilon"].is_null() ? "inf" : std::to_string(result["epsilon"].get<double>()).c_str(),
-                  result["dp_delta"].get<double>(),
-                  result["stopped_reason"] == "dp_target_epsilon" ? ", stopped at --dp-target-epsilon" : "");
-    std::printf("\n");
+    print_summary(result);
   });
 }
 
