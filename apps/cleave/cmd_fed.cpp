@@ -1,15 +1,77 @@
 // cmd_fed.cpp: `cleave fed` — federated averaging across cleaved client
 // daemons that each train on their own data (core/runtime/coordinator/fed_coordinator.h).
 #include <cstdio>
+#include <filesystem>
 #include <memory>
+#include <system_error>
 
 #include "apps/cleave/commands.h"
 #include "apps/cleave/coordinator_flags.h"
+#include "apps/cleave/run_record.h"
 #include "apps/cleave/train_flags.h"
 #include "apps/flag_checks.h"
 #include "core/runtime/coordinator/fed_coordinator.h"
+#include "core/train/checkpoint_dir.h"
 
 namespace cleave {
+namespace {
+
+// Where the rounds start and where their checkpoints go: --save, --load,
+// --init, --checkpoint-dir and --resume (whose directory it returns).
+std::shared_ptr<std::string> add_checkpoint_flags(CLI::App& cmd, TrainFlags& flags, FedOptions& o) {
+  cmd.add_option("--save", flags.config.save_path,
+                 "Write the global weights here after every round, atomically (a federated checkpoint)");
+  cmd.add_option("--load", flags.config.load_path,
+                 "Resume from a checkpoint written by cleave fed --save (--rounds counts its rounds too)");
+  cmd.add_option("--init", flags.config.init_path, "Start from weights in a safetensors file (PyTorch layout)");
+  cmd.add_option("--checkpoint-dir", o.checkpoint_dir,
+                 "Write each round's global weights here (step-ROUNDS.ckpt, the newest two kept) and the command "
+                 "line (default: beside --save, or a new directory under $TMPDIR)");
+  auto resume_dir = std::make_shared<std::string>();
+  cmd.add_option("--resume", *resume_dir,
+                 "Continue a stopped run from the newest valid checkpoint in its --checkpoint-dir, with the flags "
+                 "it recorded there (flags given now replace them)");
+  return resume_dir;
+}
+
+// Where the run's round checkpoints go (--checkpoint-dir, --resume's
+// directory, or beside --save / a fresh temporary one), created; records the
+// command line there for --resume. The default directory beside --save is
+// this run's own: checkpoints a previous run left there are removed.
+void prepare_checkpoint_dir(CLI::App& cmd, const TrainFlags& flags, FedOptions& o, const std::string& resume_dir) {
+  if (!resume_dir.empty())
+    for (const char* name : {"--load", "--init"})
+      if (cmd.get_option(name)->count() > 0)
+        throw UsageError("--resume " + resume_dir + " continues from its newest checkpoint: give no " + name +
+                         " with it (start a new run with " + name + " instead)");
+  const bool given = cmd.get_option("--checkpoint-dir")->count() > 0;
+  if (!resume_dir.empty()) {
+    o.checkpoint_dir = resume_dir;  // --resume DIR wins over a --checkpoint-dir it recorded
+    o.resume = true;
+  } else if (!given) {
+    o.checkpoint_dir = default_checkpoint_dir(flags.config.save_path, "cleave-fed");
+  }
+  try {
+    const CheckpointDir dir(o.checkpoint_dir);
+    if (!given && resume_dir.empty()) dir.remove_checkpoints();
+  } catch (const std::exception& e) {
+    throw UsageError(std::string(resume_dir.empty() ? "--checkpoint-dir " : "--resume ") + e.what());
+  }
+  record_run_command(o.checkpoint_dir, cmd);
+}
+
+void print_summary(const nlohmann::json& result) {
+  std::printf("test_accuracy %.4f  rounds %zu  strategy %s  wall %.1f s", result["test_accuracy"].get<double>(),
+              result["rounds"].size(), result["strategy"].get<std::string>().c_str(),
+              result["wall_seconds"].get<double>());
+  if (result.contains("epsilon"))
+    std::printf("  epsilon %s (delta %g)%s", result["epsilon"].is_null() ? "inf" : std::to_string(result["epsilon"].get<double>()).c_str(),
+                result["dp_delta"].get<double>(),
+                result["stopped_reason"] == "dp_target_epsilon" ? ", stopped at --dp-target-epsilon" : "");
+  std::printf("\n");
+}
+
+}  // namespace
 
 void add_fed_command(CLI::App& root) {
   auto* cmd = root.add_subcommand(
@@ -74,12 +136,8 @@ void add_fed_command(CLI::App& root) {
   cmd->add_option("--peer-timeout", o->peer_timeout_ms, "A client silent this many ms is dropped")
       ->capture_default_str()->check(flag_checks::positive());
   cmd->add_flag("--shutdown-clients", o->shutdown_clients, "Tell the clients to exit at the end");
-  cmd->add_option("--save", flags->config.save_path,
-                  "Write the global weights here after every round, atomically (a federated checkpoint)");
-  cmd->add_option("--load", flags->config.load_path,
-                  "Resume from a checkpoint written by cleave fed --save (--rounds counts its rounds too)");
-  cmd->add_option("--init", flags->config.init_path, "Start from weights in a safetensors file (PyTorch layout)");
-  cmd->callback([cmd, flags, o, mu, krum_f, krum_m, t, range, bits]() {
+  auto resume_dir = add_checkpoint_flags(*cmd, *flags, *o);
+  cmd->callback([cmd, flags, o, mu, krum_f, krum_m, t, range, bits, resume_dir]() {
     // Flags of `cleave train` that mean nothing here: the clients own the training data.
     for (const char* name : {"--epochs", "--limit-train", "--max-steps", "--microbatches", "--text"})
       if (cmd->get_option(name)->count() > 0)
@@ -101,16 +159,10 @@ void add_fed_command(CLI::App& root) {
       throw UsageError(e.what());
     }
     prepare_coordinator(*o, "cleave fed");
+    prepare_checkpoint_dir(*cmd, *flags, *o, *resume_dir);
     nlohmann::json result = train_federated(flags->config, *o);
     write_result_json(flags->json_path, result);
-    std::printf("test_accuracy %.4f  rounds %zu  strategy %s  wall %.1f s", result["test_accuracy"].get<double>(),
-                result["rounds"].size(), result["strategy"].get<std::string>().c_str(),
-                result["wall_seconds"].get<double>());
-    if (result.contains("epsilon"))
-      std::printf("  epsilon %s (delta %g)%s", result["epsilon"].is_null() ? "inf" : std::to_string(result["epsilon"].get<double>()).c_str(),
-                  result["dp_delta"].get<double>(),
-                  result["stopped_reason"] == "dp_target_epsilon" ? ", stopped at --dp-target-epsilon" : "");
-    std::printf("\n");
+    print_summary(result);
   });
 }
 

@@ -29,7 +29,8 @@ void record_run_command(const std::string& dir, const CLI::App& cmd) {
   for (const CLI::Option* opt : cmd.get_options()) {
     if (opt->count() == 0 || opt->get_lnames().empty()) continue;
     const std::string name = "--" + opt->get_lnames().front();
-    if (name == "--resume" || name == "--help") continue;
+    // A resumed run starts from its checkpoint, never from --load or --init.
+    if (name == "--resume" || name == "--help" || name == "--load" || name == "--init") continue;
     for (const std::string& value : opt->results()) flags.push_back(name + "=" + value);
   }
   std::error_code ec;

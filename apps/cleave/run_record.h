@@ -2,7 +2,8 @@
 // so that `cleave SUB --resume DIR` runs it again with the same settings.
 //
 // DIR/command.json holds {"command": SUB, "flags": ["--name=value", ...]}:
-// every flag given to SUB except --resume. `cleave SUB --resume DIR
+// every flag given to SUB except --resume, --load and --init (a resumed run
+// starts from its newest checkpoint). `cleave SUB --resume DIR
 // [FLAGS]` becomes `cleave SUB FLAGS STORED --resume DIR`, where STORED are
 // the stored flags whose names FLAGS does not give: flags given now replace
 // stored ones (a new --listen, --json or --register-timeout, say).

@@ -51,6 +51,21 @@ std::vector<std::pair<int64_t, std::string>> CheckpointDir::list() const {
   return out;
 }
 
+void CheckpointDir::remove_checkpoints() const {
+  for (const auto& [step, path] : list()) {
+    std::error_code ec;
+    fs::remove(path, ec);
+  }
+}
+
+void CheckpointDir::refuse_foreign(int64_t first_step, const std::string& resume_command) const {
+  const auto there = list();
+  if (there.empty() || there.front().first <= first_step) return;
+  throw std::runtime_error("--checkpoint-dir " + dir_ + " already holds " + there.front().second + " (step " +
+                           std::to_string(there.front().first) + ") of another run: continue that run with " +
+                           resume_command + " " + dir_ + ", or give an empty --checkpoint-dir");
+}
+
 void CheckpointDir::skip(const std::string& path, const std::string& why, std::vector<std::string>& skipped) const {
   skipped.push_back(why.rfind(path, 0) == 0 ? why : path + ": " + why);
 }

@@ -32,6 +32,13 @@ class CheckpointDir {
   void save(int64_t step, const std::function<void(const std::string& path)>& save);
   // The checkpoints there, newest first: (step, path).
   std::vector<std::pair<int64_t, std::string>> list() const;
+  // Removes every checkpoint there (a default directory a new run takes over).
+  void remove_checkpoints() const;
+  // For a new run starting at `first_step` in a directory it was given:
+  // throws std::runtime_error when it holds a later checkpoint — another
+  // run's, which would outrank this run's — saying to resume that run with
+  // `resume_command` or to give an empty directory.
+  void refuse_foreign(int64_t first_step, const std::string& resume_command) const;
 
   // The newest checkpoint `load(path)` accepts (it throws for one it does
   // not), or nothing when none does. Every file skipped adds "PATH: why" to

@@ -18,6 +18,7 @@
 #include "core/fed/accountant.h"
 #include "core/fed/client_details.h"
 #include "core/fed/strategy.h"
+#include "core/io/untrusted_json.h"
 #include "core/model/partition.h"
 #include "core/runtime/common/secagg_round.h"
 #include "core/runtime/coordinator/fed_secagg.h"
@@ -25,6 +26,7 @@
 #include "core/runtime/common/wire.h"
 #include "core/train/evaluate.h"
 #include "core/train/train_data.h"
+#include "core/train/checkpoint_dir.h"
 #include "core/train/train_checkpoint.h"
 #include "core/util/rng.h"
 #include "transport/log.h"
@@ -147,6 +149,15 @@ class FedDriver {
   std::optional<FedClientDetails> client_details(const Registration& got);
   void refuse(const std::string& reason) { session_->pool().count_refused(reason); }
   void set_up_clients();  // the model once per client, until each acknowledged
+  // Sends the model to `names` and waits until each acknowledged: "" then,
+  // else why not (one refused, died or stayed silent for 60 s).
+  std::string assign_model(const std::vector<std::string>& names);
+  // Rejoining: a dead client of the roster that registers again (its daemon
+  // came back) is noted by the pool's observer, then between rounds gets the
+  // model again and is live (sampled) from the next round on.
+  void note_returning(const Received& got);
+  nlohmann::json rejoin_returning(int r);
+  bool rejoin(int r, const std::string& name, const RegisterMsg& reg);
   // One round: sample, send the global block, collect, aggregate, evaluate.
   // Returns the round's entry of the result JSON.
   // Returns the round's entry of the result JSON, or nothing when
@@ -161,6 +172,13 @@ class FedDriver {
   // accountant, for --save) ; Krum: the clients it selected.
   void record_round(nlohmann::json& rj, const AggregateResult& agg, size_t sampled);
   void resume_accountant(const FedState& st);
+  // --resume: the newest checkpoint of the directory that loads (the skipped ones logged, and in resumed_).
+  FedState newest_checkpoint();
+  // --load, --resume: the state's checks, then its weights and round (start_path_ names it).
+  void resume_from(const FedState& st);
+  void refuse_foreign_checkpoints() const;
+  // The global weights after `rounds_done` rounds to --save and the checkpoint directory.
+  void save_round(int rounds_done);
   std::map<std::string, Reply> send_round(int r, const std::vector<std::string>& sampled,
                                           const std::optional<SecAggSetup>& secagg);
   // What a round produced, whichever way its updates arrived.
@@ -195,6 +213,10 @@ class FedDriver {
   std::unique_ptr<Partition> whole_;  // the global model, for evaluation
   size_t param_count_ = 0;
   int start_round_ = 0;
+  std::string start_path_;                      // the checkpoint the run resumed from (--load, --resume)
+  std::unique_ptr<CheckpointDir> checkpoints_;  // --checkpoint-dir (null without)
+  nlohmann::json resumed_;                      // --resume: {from, rounds_done, skipped}
+  std::map<std::string, RegisterMsg> returning_;  // dead clients that registered again, until they rejoin
   std::shared_ptr<std::vector<float>> global_;  // the global parameter block
   nlohmann::json run_record_;                   // the settings saved with every checkpoint
   std::unique_ptr<Session> session_;
@@ -253,28 +275,30 @@ void FedDriver::load_model_and_test_set() {
   }
 }
 
-// Where the rounds start: the seed's weights, --init's, or --load's after its rounds.
+// Where the rounds start: the seed's weights, --init's, or --load's or
+// --resume's after their rounds.
 void FedDriver::load_start_weights() {
   if (!cfg_.load_path.empty() && !cfg_.init_path.empty())
     fail("--load and --init both say where training starts: give one of them");
+  if (opts_.resume && (!cfg_.load_path.empty() || !cfg_.init_path.empty()))
+    fail("--resume continues from the newest checkpoint in its directory: give no --load or --init with it");
+  if (opts_.resume && opts_.checkpoint_dir.empty()) fail("--resume needs the checkpoint directory to resume from");
   DeviceOptions dopts;
   dopts.threads = cfg_.threads;
   cpu_ = open_device("cpu", dopts);
   whole_ = std::make_unique<Partition>(*cpu_, spec_, 0, spec_.num_layers());
   whole_->init(cfg_.seed);
   param_count_ = static_cast<size_t>(whole_->param_count());
-  if (!cfg_.load_path.empty()) {
-    FedState st = load_fed_state(cfg_.load_path);
-    check_saved_model(st.model, st.params.size(), spec_, whole_->param_count(), cfg_.load_path);
-    if (st.rounds_done >= opts_.rounds)
-      fail(cfg_.load_path + " already holds " + std::to_string(st.rounds_done) + " round(s) and --rounds " +
-           std::to_string(opts_.rounds) + " counts every round, those included: ask for more");
-    whole_->params().from_host(st.params);
-    start_round_ = static_cast<int>(st.rounds_done);
-    resume_accountant(st);
+  if (!opts_.checkpoint_dir.empty()) checkpoints_ = std::make_unique<CheckpointDir>(opts_.checkpoint_dir);
+  if (opts_.resume) {
+    resume_from(newest_checkpoint());
+  } else if (!cfg_.load_path.empty()) {
+    start_path_ = cfg_.load_path;
+    resume_from(load_fed_state(cfg_.load_path));
   } else if (!cfg_.init_path.empty()) {
     whole_->params().from_host(load_init_weights(spec_, cfg_.init_path));
   }
+  if (checkpoints_ && !opts_.resume) refuse_foreign_checkpoints();
   global_ = std::make_shared<std::vector<float>>(whole_->params().to_host());
   run_record_ = {{"strategy", fed_strategy_name(strategy_)}, {"clients", opts_.clients},
                  {"fraction", opts_.fraction}, {"local_epochs", opts_.local_epochs},
@@ -283,12 +307,57 @@ void FedDriver::load_start_weights() {
   ocfg_.validate();
 }
 
+FedState FedDriver::newest_checkpoint() {
+  std::vector<std::string> skipped;
+  std::string from;
+  std::optional<FedState> st = checkpoints_->newest<FedState>(
+      [&](const std::string& path) {
+        FedState loaded = load_fed_state(path);
+        from = path;
+        return loaded;
+      },
+      skipped);
+  for (const auto& why : skipped)
+    log(LogLevel::kWarning, "cleave fed: --resume skipped the checkpoint " + why + "; it uses the one before it");
+  if (!st) {
+    std::string why;
+    for (const auto& w : skipped) why += (why.empty() ? " (" : "; ") + w;
+    fail("--resume " + opts_.checkpoint_dir + ": no valid checkpoint there" +
+         (skipped.empty() ? std::string(" (no step-*.ckpt: the run stopped before its first round ended)") : why + ")") +
+         ": start the run again without --resume (the same flags and --checkpoint-dir " + opts_.checkpoint_dir + ")");
+  }
+  start_path_ = from;
+  resumed_ = {{"from", from}, {"rounds_done", st->rounds_done}, {"skipped", skipped}};
+  log(LogLevel::kInfo, "cleave fed: resuming from " + from + " after round " + std::to_string(st->rounds_done));
+  return std::move(*st);
+}
+
+void FedDriver::resume_from(const FedState& st) {
+  check_saved_model(st.model, st.params.size(), spec_, whole_->param_count(), start_path_);
+  if (st.rounds_done >= opts_.rounds)
+    fail(start_path_ + " already holds " + std::to_string(st.rounds_done) + " round(s) and --rounds " +
+         std::to_string(opts_.rounds) + " counts every round, those included: ask for more");
+  whole_->params().from_host(st.params);
+  start_round_ = static_cast<int>(st.rounds_done);
+  resume_accountant(st);
+}
+
+// A fresh run's checkpoints would sort below those already there, and the
+// newest two kept would be the other run's: refuse rather than mix them.
+void FedDriver::refuse_foreign_checkpoints() const { checkpoints_->refuse_foreign(start_round_, "cleave fed --resume"); }
+
+void FedDriver::save_round(int rounds_done) {
+  const FedState st{spec_.to_json(), run_record_, rounds_done, cfg_.seed, *global_};
+  if (!cfg_.save_path.empty()) save_fed_state(cfg_.save_path, st);
+  if (checkpoints_) checkpoints_->save(rounds_done, [&](const std::string& path) { save_fed_state(path, st); });
+}
+
 // The privacy the loaded rounds spent: a checkpoint of DP rounds carries its accountant.
 void FedDriver::resume_accountant(const FedState& st) {
   if (!opts_.dp.enabled() || st.rounds_done == 0) return;
   const nlohmann::json* saved = st.run.contains("dp_rdp") ? &st.run["dp_rdp"] : nullptr;
   if (!saved)
-    fail(cfg_.load_path + " holds " + std::to_string(st.rounds_done) + " round(s) trained without --dp-clip: their "
+    fail(start_path_ + " holds " + std::to_string(st.rounds_done) + " round(s) trained without --dp-clip: their "
          "privacy loss is unbounded, so no epsilon can be reported for a run that resumes them; start from --init instead");
   if (saved->is_string()) {  // rounds without noise: nothing finite to resume
     accountant_ = RdpAccountant(std::vector<double>(accountant_.orders().size(), std::numeric_limits<double>::infinity()));
@@ -297,7 +366,7 @@ void FedDriver::resume_accountant(const FedState& st) {
   try {
     accountant_ = RdpAccountant(saved->get<std::vector<double>>());
   } catch (const std::exception& e) {
-    fail(cfg_.load_path + ": " + e.what());
+    fail(start_path_ + ": " + e.what());
   }
 }
 
@@ -308,6 +377,14 @@ void FedDriver::listen() {
   if (opts_.secure_aggregation) allow_ = AllowList::load(opts_.allow_path);
   // Rounds count from 1 in logs and JSON alike (0 on the wire).
   session_->pool().context = [this] { return " (round " + std::to_string(current_round_ + 1) + ")"; };
+  // Every message passes the pool's observer, also those the secure rounds read: a returning client is noted there.
+  session_->pool().observer = [this, metrics = session_->pool().observer](const Received* got) {
+    if (got) note_returning(*got);
+    if (metrics) metrics(got);
+  };
+  if (checkpoints_)
+    log(LogLevel::kInfo, "cleave fed: checkpoints in " + checkpoints_->dir() +
+                             " (resume with: cleave fed --resume " + checkpoints_->dir() + ")");
   if (cfg_.progress)
     std::fprintf(stderr, "cleave fed: listening on %s, waiting for %d client(s)\n",
                  session_->server().endpoint().c_str(), opts_.clients);
@@ -357,8 +434,12 @@ std::optional<FedClientDetails> FedDriver::client_details(const Registration& go
 }
 
 void FedDriver::set_up_clients() {
+  if (const std::string why = assign_model(clients_); !why.empty()) fail(why);
+}
+
+std::string FedDriver::assign_model(const std::vector<std::string>& names) {
   const FedJob job{cfg_.batch, cfg_.seed, fed_strategy_name(strategy_)};
-  for (const auto& name : clients_) {
+  for (const auto& name : names) {
     AssignMsg a;
     a.stage = 0;
     a.num_stages = 1;
@@ -368,24 +449,71 @@ void FedDriver::set_up_clients() {
     a.optimizer = to_wire(ocfg_);
     a.job = job;
     Status s = session_->server().send(name, Message{session_->next_request_id(), a, {}});
-    if (!s) fail("cannot reach client " + name + ": " + s.failure().message);
+    if (!s) return "cannot reach client " + name + ": " + s.failure().message;
   }
+  const std::set<std::string> waiting(names.begin(), names.end());
   std::set<std::string> acked;
   const auto t_setup = Clock::now();
-  while (acked.size() < clients_.size()) {
-    if (seconds_since(t_setup) > 60) fail("clients did not acknowledge the federated set-up within 60 s");
-    for (const auto& c : clients_)
-      if (client(c).dead) fail("client " + c + " " + client(c).dead_reason + " during the federated set-up");
+  while (acked.size() < names.size()) {
+    if (seconds_since(t_setup) > 60) return "clients did not acknowledge the federated set-up within 60 s";
+    for (const auto& c : names)
+      if (client(c).dead) return "client " + c + " " + client(c).dead_reason + " during the federated set-up";
     auto got = receive(Millis(100));
-    if (!got) continue;
+    if (!got || !waiting.count(got->peer)) continue;
     if (auto* e = std::get_if<ErrorMsg>(&got->message.body))
-      fail("client " + got->peer + " refused the federated job: " + e->message);
+      return "client " + got->peer + " refused the federated job: " + e->message;
     if (std::holds_alternative<AckMsg>(got->message.body)) acked.insert(got->peer);
   }
+  return "";
+}
+
+// Called by the pool with everything it receives, whichever loop reads it.
+void FedDriver::note_returning(const Received& got) {
+  const auto* reg = std::get_if<RegisterMsg>(&got.message.body);
+  if (!reg || !registered_samples_.count(got.peer) || !client(got.peer).dead) return;
+  returning_.insert_or_assign(got.peer, *reg);  // it registers every second: the latest wins
+}
+
+// The clients that came back since the last round, set up again; the round's "rejoined".
+nlohmann::json FedDriver::rejoin_returning(int r) {
+  nlohmann::json out = nlohmann::json::array();
+  std::map<std::string, RegisterMsg> back;
+  back.swap(returning_);
+  for (const auto& [name, reg] : back)
+    if (client(name).dead && rejoin(r, name, reg)) out.push_back(name);
+  return out;
+}
+
+bool FedDriver::rejoin(int r, const std::string& name, const RegisterMsg& reg) {
+  nlohmann::json details = nlohmann::json::object();
+  std::string details_error;
+  try {
+    details = parse_untrusted_object(reg.details_json, kPeerJsonLimits, "registration details");
+  } catch (const std::invalid_argument& e) {
+    details_error = e.what();
+  }
+  const std::optional<FedClientDetails> d = client_details(Registration{name, reg, details, details_error});
+  if (!d) return false;
+  // The roster keeps its place (and audit); the daemon is a new process with a new registration.
+  PoolPeer& p = client(name);
+  const std::string was = p.dead_reason;
+  p.reg = reg;
+  p.details = details;
+  p.dead = false;
+  p.dead_reason.clear();
+  registered_samples_[name] = d->samples;
+  if (const std::string why = assign_model({name}); !why.empty()) {
+    session_->pool().mark_dead(name, "could not rejoin: " + why);
+    return false;
+  }
+  log(LogLevel::kInfo, "cleave fed: client " + name + " (" + was + " before) registered again and rejoins from round " +
+                           std::to_string(r + 1) + " (" + std::to_string(d->samples) + " samples)");
+  return true;
 }
 
 std::optional<nlohmann::json> FedDriver::run_round(int r) {
   current_round_ = r;
+  nlohmann::json rejoined = rejoin_returning(r);
   const auto t_round = Clock::now();
   const std::vector<std::string> sampled = sample_clients(r);
   if (!privacy_allows(r, sampled.size())) return std::nullopt;
@@ -420,8 +548,8 @@ std::optional<nlohmann::json> FedDriver::run_round(int r) {
                        {"seconds", seconds_since(t_round)}};
   if (!o.secagg.is_null()) rj["secagg"] = std::move(o.secagg);
   record_round(rj, agg, sampled.size());
-  if (!cfg_.save_path.empty())  // after every round: a stopped run loses at most the round in progress
-    save_fed_state(cfg_.save_path, FedState{spec_.to_json(), run_record_, r + 1, cfg_.seed, *global_});
+  rj["rejoined"] = std::move(rejoined);
+  save_round(r + 1);  // after every round: a stopped run loses at most the round in progress
   if (cfg_.progress)
     std::fprintf(stderr, "cleave fed: round %d/%d: %zu of %zu client(s), local loss %.4f, test accuracy %.4f, %.1f s%s\n",
                  r + 1, opts_.rounds, agg.accepted.size(), sampled.size(), o.train_loss, last_eval_.accuracy,
@@ -731,6 +859,8 @@ nlohmann::json FedDriver::result(const nlohmann::json& rounds, Clock::time_point
   out["rounds"] = rounds;
   out["rounds_requested"] = opts_.rounds;
   out["start_round"] = start_round_;
+  if (checkpoints_) out["checkpoint_dir"] = checkpoints_->dir();
+  if (!resumed_.is_null()) out["resumed"] = resumed_;
   out["local_epochs"] = opts_.local_epochs;
   out["fraction"] = opts_.fraction;
   out["min_clients"] = opts_.min_clients;

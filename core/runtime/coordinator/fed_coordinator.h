@@ -21,6 +21,12 @@
 // RDP accountant (core/fed/accountant.h) whose epsilon is reported every
 // round, and --dp-target-epsilon stops the run before a round would exceed
 // it (docs/privacy.md).
+// Issue 15: with a checkpoint directory every round's global weights also go
+// there (core/train/checkpoint_dir.h, the newest two kept, step = rounds
+// done), and `resume` continues from the newest valid one, skipping corrupt
+// ones with a warning. A client that dropped out and whose daemon registers
+// again during the run gets the model again and is sampled from the next
+// round on (the round's "rejoined").
 #pragma once
 
 #include <functional>
@@ -67,6 +73,12 @@ struct FedOptions {
   int register_timeout_ms = 120000;  // waiting for N clients
   int peer_timeout_ms = 10000;       // a client silent this long is declared dead
   bool shutdown_clients = false;     // tell the clients to exit at the end
+  // After every round the global weights go to this directory as
+  // step-<rounds done>.ckpt (save_fed_state, the newest two kept); "" for none.
+  std::string checkpoint_dir;
+  // Start from the newest valid checkpoint in checkpoint_dir (as --load
+  // would), skipping unreadable or corrupt ones; not with --load or --init.
+  bool resume = false;
   std::function<bool()> interrupted;                     // polled; true stops the run (Ctrl-C)
   std::function<void(const std::string&)> on_listening;  // called with the bound endpoint
   // Test hook: called after round `round`'s weights and control went out to the sampled clients.
@@ -96,10 +108,13 @@ int secagg_threshold(const FedOptions& o, int sampled);
 // the clients) and `options`. Returns the result JSON: mode "fed", strategy,
 // clients, rounds [{round, accuracy, loss, train_loss, participating, sampled,
 // dropped, rejected, clipped, clipped_count, bytes_down, bytes_up, seconds;
-// krum_selected with Krum; epsilon, dp_clipped, dp_clipped_count with DP}],
+// krum_selected with Krum; epsilon, dp_clipped, dp_clipped_count with DP;
+// rejoined: the clients that came back before the round}],
 // test_accuracy, test_loss, refused_messages ({reason: count}),
 // clipped_updates, messages_from_clients, devices, stopped_reason, with DP
-// epsilon, dp_delta, dp_noise_multiplier, dp_clip, ... Throws std::runtime_error with
+// epsilon, dp_delta, dp_noise_multiplier, dp_clip, ..., with a checkpoint
+// directory checkpoint_dir, and when resumed "resumed" {from, rounds_done,
+// skipped: ["PATH: why"]}. Throws std::runtime_error with
 // a clear message on failure (too few clients, a round below K updates).
 nlohmann::json train_federated(const TrainConfig& config, const FedOptions& options);
 

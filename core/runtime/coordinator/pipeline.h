@@ -46,6 +46,7 @@ struct ClusterOptions {
   bool shutdown_daemons = false;        // tell daemons to exit at the end (cleave demo)
   bool profile_only = false;            // `cleave profile`: register, profile, return the cluster JSON
   std::string checkpoint_dir;           // periodic checkpoints ("": resolve_checkpoint_dir picks one)
+  bool checkpoint_dir_chosen = false;   // picked by resolve_checkpoint_dir: a new run empties it
   bool checkpoint_dir_temporary = false;  // a directory of our own: removed when the run succeeds
   int64_t checkpoint_every = 0;         // steps between checkpoints (0: one per epoch)
   int max_recoveries = 10;              // lost devices survived before the run stops

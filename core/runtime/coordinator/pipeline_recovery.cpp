@@ -27,6 +27,7 @@ void resolve_checkpoint_dir(ClusterOptions& cluster, const TrainConfig& config) 
   if (!cluster.checkpoint_dir.empty()) return;
   cluster.checkpoint_dir = default_checkpoint_dir(config.save_path, "cleave-train");
   cluster.checkpoint_dir_temporary = config.save_path.empty();
+  cluster.checkpoint_dir_chosen = true;
 }
 
 namespace pipeline_detail {
@@ -47,6 +48,9 @@ void Driver::open_checkpoints() {
                  opts_.checkpoint_every > 0 ? (std::to_string(opts_.checkpoint_every) + " steps").c_str() : "epoch");
   if (!opts_.resume) {
     start_ = read_starting_point(cfg_, spec_, ocfg_, bounds_);
+    // A new run: the checkpoints of an earlier one must not outrank its own.
+    if (resolved.checkpoint_dir_chosen) checkpoints_->remove_checkpoints();
+    else checkpoints_->refuse_foreign(start_.position.step, "cleave train --resume");
     return;
   }
   nlohmann::json from;
