@@ -8,11 +8,16 @@
 // each): dev1..dev3 register and get the stages, dev4 starts once they hold
 // them and waits as the spare. Per model and repeat, four runs, interleaved:
 //   baseline  no checkpoints, no loss: the step time (train_seconds / steps)
-//   ckpt      --checkpoint-every N, no loss: the checkpoint cost, measured by
-//             comparison: (train_seconds(ckpt) - train_seconds(baseline)) /
-//             checkpoints written, i.e. everything one checkpoint adds to the
-//             run (draining the pipeline, gathering the state from the
-//             stages, writing the file)
+//   ckpt      a checkpoint every --cost-every steps (default 2: many of
+//             them, so the difference stands out of the noise), no loss: the
+//             checkpoint cost, measured by comparison:
+//             (train_seconds(ckpt) - train_seconds(baseline)) / checkpoints
+//             written, i.e. everything one checkpoint adds to the run
+//             (draining the pipeline, gathering the state from the stages,
+//             writing the file). Reading the newest file back is timed
+//             directly (load_training_state): recovery does that read between
+//             the re-plan and the restore, and no phase of `recoveries`
+//             counts it, so the table shows it as its own column.
 //   kill      --checkpoint-every N; stage 1's daemon gets SIGKILL mid-run
 //   stop      the same, SIGSTOP instead: frozen, not dead, so detection is
 //             --peer-timeout of silence (it gets SIGCONT once the spare holds
@@ -23,13 +28,15 @@
 // loss lands near the middle step and about N/2 steps after a checkpoint,
 // whatever the machine's speed.
 // Reported per model and scenario, medians over --repeats: detect, re-plan,
-// restore and catch-up seconds (docs/recovery.md defines them), the steps
-// replayed, the step and checkpoint seconds, and the whole recovery in steps
-// of training lost ((detect + re-plan + restore + catch-up) / step seconds).
+// checkpoint read, restore and catch-up seconds (docs/recovery.md defines
+// the four of `recoveries`), the steps replayed, the step and checkpoint
+// seconds, and the whole recovery in steps of training lost ((detect +
+// re-plan + read + restore + catch-up) / step seconds).
 //
 // Usage: bench_recovery [--models mlp,cnn,mlp-10x] [--scenarios kill,stop]
 //        [--repeats 3] [--limit-train 1920] [--batch 64] [--microbatches 2]
-//        [--checkpoint-every 10] [--peer-timeout 2000] [--optimizer sgd|adam]
+//        [--checkpoint-every 10] [--cost-every 2] [--peer-timeout 2000]
+//        [--optimizer sgd|adam]
 //        [--limit-test 200] [--dataset-dir DIR] [--cleaved PATH]
 //        [--json bench-recovery.json]
 #include <signal.h>
@@ -57,6 +64,7 @@
 #include "core/io/json_file.h"
 #include "core/runtime/coordinator/pipeline.h"
 #include "core/train/checkpoint_dir.h"
+#include "core/train/train_checkpoint.h"
 #include "device/cpu/openmp_policy.h"
 #include "transport/log.h"
 
@@ -75,6 +83,7 @@ struct Options {
   int64_t batch = 64;
   int microbatches = 2;
   int64_t checkpoint_every = 10;
+  int64_t cost_every = 2;
   int peer_timeout_ms = 2000;
   std::string optimizer = "sgd";
   std::string dataset_dir;
@@ -264,13 +273,18 @@ TrainConfig run_config(const Options& o, const Model& m) {
   return cfg;
 }
 
-// Bytes of the newest checkpoint file in `dir` (0 when none).
-double checkpoint_bytes(const std::string& dir) {
+// The newest checkpoint file in `dir`: its bytes and the seconds reading it
+// back takes (load_training_state, what recovery's restore_point does between
+// the re-plan and the restore: no phase of `recoveries` counts it); zeros when
+// there is none.
+std::pair<double, double> checkpoint_size_and_read(const std::string& dir) {
   const int64_t step = newest_checkpoint(dir);
-  if (step < 0) return 0;
-  std::error_code ec;
-  const auto n = fs::file_size(CheckpointDir(dir).path_for(step), ec);
-  return ec ? 0 : static_cast<double>(n);
+  if (step < 0) return {0, 0};
+  const std::string path = CheckpointDir(dir).path_for(step);
+  const auto t0 = Clock::now();
+  (void)load_training_state(path);
+  const double read = std::chrono::duration<double>(Clock::now() - t0).count();
+  return {static_cast<double>(fs::file_size(path)), read};
 }
 
 // One run of `scenario`; returns what the row needs (the coordinator's
@@ -285,7 +299,9 @@ nlohmann::json run_once(const Options& o, const Model& m, Scenario scenario, con
   c.planner = "balance";
   c.peer_timeout_ms = o.peer_timeout_ms;
   c.checkpoint_dir = checkpoint_dir;
-  c.checkpoint_every = scenario == Scenario::kBaseline ? int64_t{1} << 40 : o.checkpoint_every;
+  c.checkpoint_every = scenario == Scenario::kBaseline       ? int64_t{1} << 40
+                       : scenario == Scenario::kCheckpointed ? o.cost_every
+                                                             : o.checkpoint_every;
   c.max_recoveries = 2;
   Disturbance disturbance;
   std::jthread watcher;  // declared after `daemons`: joined before they are stopped
@@ -307,12 +323,14 @@ nlohmann::json run_once(const Options& o, const Model& m, Scenario scenario, con
   watcher.request_stop();
   if (watcher.joinable()) watcher.join();
   if (!disturbance.error.empty()) throw std::runtime_error(what + ": " + disturbance.error);
+  const auto [bytes, read_seconds] = checkpoint_size_and_read(checkpoint_dir);
   nlohmann::json row = {{"scenario", scenario_name(scenario)},
                         {"parameters", r.at("parameters")},
                         {"steps", r.at("steps")},
                         {"train_seconds", r.at("train_seconds")},
                         {"checkpoints_written", r.at("checkpoints").at("written")},
-                        {"checkpoint_bytes", checkpoint_bytes(checkpoint_dir)},
+                        {"checkpoint_bytes", bytes},
+                        {"checkpoint_read_seconds", read_seconds},
                         {"test_accuracy", r.at("test_accuracy")},
                         {"load_average", bench::load_average()}};
   const auto& recoveries = r.at("recoveries");
@@ -365,7 +383,8 @@ nlohmann::json summarise(const Model& m, const std::vector<std::map<std::string,
     const auto& lost = runs.at(scenario_name(scenario));
     const double step = base.at("train_seconds").get<double>() / std::max<double>(1, base.at("steps").get<double>());
     const double written = ckpt.at("checkpoints_written").get<double>();
-    double total = 0;
+    double total = ckpt.at("checkpoint_read_seconds").get<double>();
+    v["checkpoint_read_seconds"].push_back(total);
     for (const char* k : kPhases) {
       v[k].push_back(seconds_of(lost.at("recovery"), k));
       total += v[k].back();
@@ -389,17 +408,17 @@ nlohmann::json summarise(const Model& m, const std::vector<std::map<std::string,
 }
 
 void print_header() {
-  std::printf("%-8s %11s %-8s %8s %8s %8s %8s %8s %8s %8s %8s %8s %8s %8s\n", "model", "parameters", "scenario",
-              "detect", "re-plan", "restore", "catch-up", "total s", "replayed", "lost at", "step s", "ckpt s",
-              "ckpt MB", "in steps");
+  std::printf("%-8s %11s %-8s %8s %8s %8s %8s %8s %8s %8s %8s %8s %8s %8s %8s\n", "model", "parameters", "scenario",
+              "detect", "re-plan", "read", "restore", "catch-up", "total s", "replayed", "lost at", "step s",
+              "ckpt s", "ckpt MB", "in steps");
 }
 
 void print_row(const nlohmann::json& r) {
   auto d = [&](const char* k) { return r.at(k).get<double>(); };
-  std::printf("%-8s %11lld %-8s %8.3f %8.3f %8.3f %8.3f %8.3f %8.1f %8.1f %8.4f %8.4f %8.1f %8.1f\n",
+  std::printf("%-8s %11lld %-8s %8.3f %8.3f %8.3f %8.3f %8.3f %8.3f %8.1f %8.1f %8.4f %8.4f %8.1f %8.1f\n",
               r.at("model").get<std::string>().c_str(), static_cast<long long>(r.at("parameters").get<int64_t>()),
               r.at("scenario").get<std::string>().c_str(), d("detect_seconds"), d("replan_seconds"),
-              d("restore_seconds"), d("catch_up_seconds"), d("recovery_seconds"), d("replayed_steps"),
+              d("checkpoint_read_seconds"), d("restore_seconds"), d("catch_up_seconds"), d("recovery_seconds"), d("replayed_steps"),
               d("lost_at_step"), d("step_seconds"), d("checkpoint_seconds"), d("checkpoint_bytes") / 1e6,
               d("recovery_in_steps"));
 }
@@ -423,11 +442,16 @@ nlohmann::json settings_json(const Options& o) {
           {"batch", o.batch},
           {"microbatches", o.microbatches},
           {"checkpoint_every", o.checkpoint_every},
+          {"cost_every", o.cost_every},
           {"peer_timeout_ms", o.peer_timeout_ms},
           {"optimizer", o.optimizer},
           {"repeats", o.repeats},
           {"checkpoint_seconds_method",
-           "(train_seconds with --checkpoint-every N - train_seconds without checkpoints) / checkpoints written"},
+           "(train_seconds with a checkpoint every --cost-every steps - train_seconds without checkpoints) / "
+           "checkpoints written"},
+          {"checkpoint_read_seconds_method",
+           "load_training_state of the newest checkpoint file, timed here after the ckpt run (page cache warm)"},
+          {"recovery_seconds_method", "detect + replan + checkpoint read + restore + catch-up"},
           {"step_seconds_method", "train_seconds / steps of the run without checkpoints"}};
 }
 
@@ -482,6 +506,9 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   app.add_option("--checkpoint-every", o.checkpoint_every, "Steps between checkpoints")->capture_default_str()
       ->check(CLI::PositiveNumber);
+  app.add_option("--cost-every", o.cost_every,
+                 "Steps between checkpoints in the run that measures what one costs (more of them: less noise)")
+      ->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--peer-timeout", o.peer_timeout_ms, "Milliseconds of silence before a device is lost")
       ->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--optimizer", o.optimizer, "sgd (momentum 0.9, lr 0.01) or adam (lr 0.001)")->capture_default_str()
