@@ -35,7 +35,7 @@
 //
 // Usage: bench_recovery [--models mlp,cnn,mlp-10x] [--scenarios kill,stop]
 //        [--repeats 3] [--limit-train 1920] [--batch 64] [--microbatches 2]
-//        [--checkpoint-every 10] [--cost-every 2] [--peer-timeout 2000]
+//        [--checkpoint-every 10] [--cost-every 2] [--peer-timeout 5000]
 //        [--optimizer sgd|adam]
 //        [--limit-test 200] [--dataset-dir DIR] [--cleaved PATH]
 //        [--json bench-recovery.json]
@@ -84,7 +84,7 @@ struct Options {
   int microbatches = 2;
   int64_t checkpoint_every = 10;
   int64_t cost_every = 2;
-  int peer_timeout_ms = 2000;
+  int peer_timeout_ms = 5000;  // cleave's default; 2000 lost mlp-10x's stage 1 to a checkpoint's gather
   std::string optimizer = "sgd";
   std::string dataset_dir;
   std::string cleaved = std::string(CLEAVE_BUILD_DIR) + "/apps/cleaved/cleaved";
@@ -414,6 +414,11 @@ void print_header() {
 }
 
 void print_row(const nlohmann::json& r) {
+  if (r.at("repeats") == 0) {
+    std::printf("%-8s %11s %-8s no complete repeat (see the errors above)\n", r.at("model").get<std::string>().c_str(),
+                "", r.at("scenario").get<std::string>().c_str());
+    return;
+  }
   auto d = [&](const char* k) { return r.at(k).get<double>(); };
   std::printf("%-8s %11lld %-8s %8.3f %8.3f %8.3f %8.3f %8.3f %8.3f %8.1f %8.1f %8.4f %8.4f %8.1f %8.1f\n",
               r.at("model").get<std::string>().c_str(), static_cast<long long>(r.at("parameters").get<int64_t>()),
@@ -455,35 +460,52 @@ nlohmann::json settings_json(const Options& o) {
           {"step_seconds_method", "train_seconds / steps of the run without checkpoints"}};
 }
 
-// Every repeat of every model: baseline, ckpt, then the loss scenarios, the
-// loss timed with that repeat's baseline step time. Returns the rows.
+// One repeat of one model: baseline, ckpt, then the loss scenarios, the loss
+// timed with this repeat's baseline step time. Each run is appended to
+// `runs` as it ends; throws when one fails.
+std::map<std::string, nlohmann::json> run_repeat(const Options& o, const Model& m,
+                                                 const std::vector<Scenario>& scenarios, int rep, nlohmann::json& runs) {
+  std::map<std::string, nlohmann::json> got;
+  std::vector<Scenario> order = {Scenario::kBaseline, Scenario::kCheckpointed};
+  order.insert(order.end(), scenarios.begin(), scenarios.end());
+  LossPlan plan;
+  for (Scenario s : order) {
+    std::fprintf(stderr, "bench_recovery: %s %s, repeat %d of %d\n", m.name.c_str(), scenario_name(s), rep + 1,
+                 o.repeats);
+    nlohmann::json run = run_once(o, m, s, plan);
+    if (s == Scenario::kBaseline) {
+      const int64_t steps = run.at("steps").get<int64_t>();
+      plan = plan_loss(o, steps, run.at("train_seconds").get<double>() / static_cast<double>(std::max<int64_t>(1, steps)));
+    }
+    run["model"] = m.name;
+    run["repeat"] = rep;
+    runs.push_back(run);
+    got[scenario_name(s)] = std::move(run);
+  }
+  return got;
+}
+
+// Every repeat of every model, interleaved; returns the rows. A failed run
+// ends its repeat of its model (recorded in `failures`, said on stderr); the
+// rows are medians over the complete repeats.
 nlohmann::json run_all(const Options& o, const std::vector<Model>& models, const std::vector<Scenario>& scenarios,
-                       nlohmann::json& runs) {
+                       nlohmann::json& runs, nlohmann::json& failures) {
   std::vector<std::vector<std::map<std::string, nlohmann::json>>> by_model(models.size());
   for (int rep = 0; rep < o.repeats; ++rep)
     for (size_t i = 0; i < models.size(); ++i) {
-      std::map<std::string, nlohmann::json> got;
-      std::vector<Scenario> order = {Scenario::kBaseline, Scenario::kCheckpointed};
-      order.insert(order.end(), scenarios.begin(), scenarios.end());
-      LossPlan plan;
-      for (Scenario s : order) {
-        std::fprintf(stderr, "bench_recovery: %s %s, repeat %d of %d\n", models[i].name.c_str(), scenario_name(s),
-                     rep + 1, o.repeats);
-        nlohmann::json run = run_once(o, models[i], s, plan);
-        if (s == Scenario::kBaseline) {
-          const int64_t steps = run.at("steps").get<int64_t>();
-          plan = plan_loss(o, steps, run.at("train_seconds").get<double>() / static_cast<double>(std::max<int64_t>(1, steps)));
-        }
-        run["model"] = models[i].name;
-        run["repeat"] = rep;
-        runs.push_back(run);
-        got[scenario_name(s)] = std::move(run);
+      try {
+        by_model[i].push_back(run_repeat(o, models[i], scenarios, rep, runs));
+      } catch (const std::runtime_error& e) {
+        std::fprintf(stderr, "bench_recovery: repeat %d of %s failed: %s\n", rep + 1, models[i].name.c_str(), e.what());
+        failures.push_back({{"model", models[i].name}, {"repeat", rep}, {"error", e.what()}});
       }
-      by_model[i].push_back(std::move(got));
     }
   nlohmann::json rows = nlohmann::json::array();
   for (size_t i = 0; i < models.size(); ++i)
-    for (Scenario s : scenarios) rows.push_back(summarise(models[i], by_model[i], s));
+    for (Scenario s : scenarios)
+      rows.push_back(by_model[i].empty()
+                         ? nlohmann::json{{"model", models[i].name}, {"scenario", scenario_name(s)}, {"repeats", 0}}
+                         : summarise(models[i], by_model[i], s));
   return rows;
 }
 
@@ -533,11 +555,12 @@ int main(int argc, char** argv) {
     }
     transport::set_log_level(transport::LogLevel::kError);
     nlohmann::json report = {{"benchmark", "recovery"}, {"machine", machine()}, {"settings", settings_json(o)}};
-    nlohmann::json runs = nlohmann::json::array();
-    const nlohmann::json rows = run_all(o, models, scenarios, runs);
+    nlohmann::json runs = nlohmann::json::array(), failures = nlohmann::json::array();
+    const nlohmann::json rows = run_all(o, models, scenarios, runs, failures);
     report["machine"]["load_average_end"] = bench::load_average();
     report["results"] = rows;
     report["runs"] = runs;
+    report["failures"] = failures;
     std::printf("machine: %d cores, load average %.2f at the start, %.2f at the end; medians over %d repeat(s)\n",
                 report["machine"]["cores"].get<int>(), report["machine"]["load_average_start"].get<double>(),
                 report["machine"]["load_average_end"].get<double>(), o.repeats);
@@ -545,7 +568,9 @@ int main(int argc, char** argv) {
     for (const auto& r : rows) print_row(r);
     write_json_file(o.json_path, report);
     std::printf("wrote %s\n", o.json_path.c_str());
-    return 0;
+    if (!failures.empty())
+      std::printf("%zu repeat(s) failed (their errors are above and under \"failures\" in the JSON)\n", failures.size());
+    return failures.empty() ? 0 : 1;
   } catch (const std::invalid_argument& e) {
     std::fprintf(stderr, "bench_recovery: %s\n", e.what());
     return 2;
