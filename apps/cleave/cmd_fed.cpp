@@ -2,8 +2,8 @@
 // daemons that each train on their own data (core/runtime/coordinator/fed_coordinator.h).
 #include <cstdio>
 #include <filesystem>
-#include <memory>
 #include <system_error>
+#include <memory>
 
 #include "apps/cleave/commands.h"
 #include "apps/cleave/coordinator_flags.h"
@@ -38,7 +38,9 @@ std::shared_ptr<std::string> add_checkpoint_flags(CLI::App& cmd, TrainFlags& fla
 // directory, or beside --save / a fresh temporary one), created; records the
 // command line there for --resume. The default directory beside --save is
 // this run's own: checkpoints a previous run left there are removed.
-void prepare_checkpoint_dir(CLI::App& cmd, const TrainFlags& flags, FedOptions& o, const std::string& resume_dir) {
+// Returns true when the directory is a temporary one of this run's (removed
+// once it succeeds: there is nothing to resume then).
+bool prepare_checkpoint_dir(CLI::App& cmd, const TrainFlags& flags, FedOptions& o, const std::string& resume_dir) {
   if (!resume_dir.empty())
     for (const char* name : {"--load", "--init"})
       if (cmd.get_option(name)->count() > 0)
@@ -58,6 +60,7 @@ void prepare_checkpoint_dir(CLI::App& cmd, const TrainFlags& flags, FedOptions& 
     throw UsageError(std::string(resume_dir.empty() ? "--checkpoint-dir " : "--resume ") + e.what());
   }
   record_run_command(o.checkpoint_dir, cmd);
+  return !given && resume_dir.empty() && flags.config.save_path.empty();
 }
 
 void print_summary(const nlohmann::json& result) {
@@ -159,8 +162,12 @@ void add_fed_command(CLI::App& root) {
       throw UsageError(e.what());
     }
     prepare_coordinator(*o, "cleave fed");
-    prepare_checkpoint_dir(*cmd, *flags, *o, *resume_dir);
+    const bool temporary = prepare_checkpoint_dir(*cmd, *flags, *o, *resume_dir);
     nlohmann::json result = train_federated(flags->config, *o);
+    if (temporary) {
+      std::error_code ec;
+      std::filesystem::remove_all(o->checkpoint_dir, ec);
+    }
     write_result_json(flags->json_path, result);
     print_summary(result);
   });

@@ -135,7 +135,7 @@ void check_recovered(const DaemonCluster& cluster, const nlohmann::json& out, co
   CHECK(r["step"].get<int64_t>() >= r["checkpoint"]["step"].get<int64_t>());
   CHECK(r["replayed_steps"].get<int64_t>() == r["step"].get<int64_t>() - r["checkpoint"]["step"].get<int64_t>());
   CHECK(r["replayed_steps"].get<int64_t>() < 4 + 2);  // --checkpoint-every 4: never more than the steps since one
-  for (const char* k : {"detect_seconds", "replan_seconds", "restore_seconds", "catch_up_seconds"})
+  for (const char* k : {"detect_seconds", "replan_seconds", "read_seconds", "restore_seconds", "catch_up_seconds"})
     CHECK(r[k].get<double>() >= 0);
   std::vector<std::string> planned;
   for (const auto& s : r["plan"]) planned.push_back(s["device"]);

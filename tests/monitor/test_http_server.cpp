@@ -135,7 +135,7 @@ TEST_CASE("more connections than allowed get 503, a renderer that throws gets 50
   const int a = connect_loopback(port), b = connect_loopback(port);
   // The two slots are taken once the server has accepted them; until then a scrape may still get one.
   std::string reply;
-  for (int tries = 0; tries < 50 && status_line(reply) != "HTTP/1.1 503 Service Unavailable"; ++tries) {
+  for (int tries = 0; tries < 250 && status_line(reply) != "HTTP/1.1 503 Service Unavailable"; ++tries) {
     reply = http_get(port);
     if (status_line(reply) != "HTTP/1.1 503 Service Unavailable") ::usleep(20000);  // not full yet (or no reply): wait
   }
@@ -143,7 +143,7 @@ TEST_CASE("more connections than allowed get 503, a renderer that throws gets 50
   ::close(a);
   ::close(b);
   // Freed slots are taken again once the server sees the closes.
-  for (int tries = 0; tries < 100 && status_line(reply) != "HTTP/1.1 200 OK"; ++tries) {
+  for (int tries = 0; tries < 250 && status_line(reply) != "HTTP/1.1 200 OK"; ++tries) {
     ::usleep(20000);
     reply = http_get(port);
   }

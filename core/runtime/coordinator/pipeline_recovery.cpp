@@ -137,8 +137,10 @@ void Driver::recover(const DeviceLost& lost) {
                           {"detect_seconds", silent[device]}};
   replan(lost_step);
   entry["replan_seconds"] = seconds_since(t0);
+  const auto t_read = Clock::now();
   nlohmann::json from;
   start_ = restore_point(from);
+  entry["read_seconds"] = seconds_since(t_read);
   entry["checkpoint"] = from;
   entry["replayed_steps"] = lost_step - start_.position.step;
   entry["plan"] = stages_json();
