@@ -54,7 +54,9 @@ nlohmann::json Driver::run() {
             }
           }
         } catch (const std::runtime_error& e) {
-          throw std::runtime_error(e.what() + resume_hint());
+          const std::string hint = resume_hint();  // "" before the first checkpoint
+          if (hint.empty()) remove_temporary_checkpoints();
+          throw std::runtime_error(e.what() + hint);
         }
         auto cpu = open_device("cpu", DeviceOptions{});
         Partition whole(*cpu, spec_, 0, spec_.num_layers());

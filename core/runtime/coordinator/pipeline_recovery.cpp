@@ -270,7 +270,7 @@ void Driver::offer_spare(const Received& r) {
 }
 
 std::string Driver::resume_hint() const {
-  if (!checkpoints_) return "";
+  if (!checkpoints_ || checkpoints_->list().empty()) return "";
   return ". The checkpoints are kept in " + checkpoints_->dir() + ": resume with `cleave train --resume " +
          checkpoints_->dir() + "` once enough cleaved daemons are running";
 }
