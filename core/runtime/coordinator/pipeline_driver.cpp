@@ -573,14 +573,17 @@ std::optional<Received> Driver::receive(Millis timeout) {
   if (auto* e = std::get_if<ErrorMsg>(&got.message.body)) {
     const std::string text =
         "device " + got.peer + " reported an error at step " + std::to_string(current_step_) + ": " + e->message;
-    // A spare's, or the answer to a request of an earlier plan (a step the
-    // daemon popped after that job ended): it changes nothing now.
+    // The answer to a request of an earlier plan (a step the daemon popped
+    // after that job ended), or a spare's: it changes nothing now.
     const bool stale = e->request_id != 0 && e->request_id < plan_first_request_;
-    if (stale || !is_stage(got.peer)) {
-      if (assigned_ || e->code != ErrorCode::kNotAssigned)
-        session_->pool().refuse(got.peer, stale ? "stale_plan_epoch" : "error_outside_plan",
-                                "refused an error report of " + got.peer + " (" + e->message + "): " +
-                                    (stale ? "it answers a request of an earlier plan" : "it runs no stage of this plan"));
+    if (stale || (assigned_ && !is_stage(got.peer))) {
+      session_->pool().refuse(got.peer, stale ? "stale_plan_epoch" : "error_outside_plan",
+                              "refused an error report of " + got.peer + " (" + e->message + "): " +
+                                  (stale ? "it answers a request of an earlier plan" : "it runs no stage of this plan"));
+      return std::nullopt;
+    }
+    if (!assigned_) {  // registering, profiling or re-planning: an error answers our request
+      if (e->code != ErrorCode::kNotAssigned) fail(text);
       return std::nullopt;
     }
     if (e->code == ErrorCode::kRefused) fail(text);  // an assignment it cannot take: re-planning would repeat it

@@ -20,7 +20,12 @@ std::vector<double> profile_layers(Device& device, const ModelSpec& spec, int64_
       xs.insert(xs.begin(), samples);
       Tensor x(device, xs);
       std::vector<float> host(static_cast<size_t>(x.numel()));
-      for (auto& v : host) v = rng.uniform(-1.f, 1.f);
+      // A token embedding reads class indices (bytes of a text); any other layer activations.
+      const nlohmann::json& layer = spec.layers[static_cast<size_t>(i)];
+      const int64_t vocabulary = layer.value("type", "") == "embedding" ? layer.value("num_embeddings", int64_t{0}) : 0;
+      for (auto& v : host)
+        v = vocabulary > 0 ? static_cast<float>(std::min<int64_t>(vocabulary - 1, static_cast<int64_t>(rng.uniform(0.f, 1.f) * vocabulary)))
+                           : rng.uniform(-1.f, 1.f);
       x.from_host(host);
       Shape ys = spec.shapes[i + 1];
       ys.insert(ys.begin(), samples);
