@@ -1,0 +1,191 @@
+// test_split_drop.cpp: issue 15, split part, with real cleaved processes over
+// CURVE: a split client SIGKILLed in the middle of epoch 1 of 3 is dropped
+// from that epoch, not fatal: the run finishes, the JSON records the drop and
+// the steps it missed, the SplitFed average of epoch 1 is over the two
+// clients that finished it, and the client, started again, rejoins at epoch
+// 2. The server killed instead fails the run clearly within seconds.
+#include <catch2/catch.hpp>
+
+#include <signal.h>
+
+#include <atomic>
+#include <chrono>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/runtime/coordinator/split_coordinator.h"
+#include "integration/daemon_cluster.h"
+#include "skip.h"
+
+using namespace cleave;
+using cleave::testing::DaemonCluster;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr int kClients = 3;
+constexpr int64_t kLimitTrain = 1920;  // 640 samples per client: 10 batches of 64 per epoch
+constexpr int64_t kLimitTest = 300;
+
+// The MLP, 3 epochs, vanilla labels (the server reports each batch once the
+// client has its gradient, so "steps" counts exactly the batches served).
+TrainConfig drop_config() {
+  TrainConfig c;
+  c.model_path = std::string(CLEAVE_SOURCE_DIR) + "/models/mlp.json";
+  c.epochs = 3;
+  c.batch = 64;
+  c.seed = 5;
+  c.limit_test = kLimitTest;
+  c.optimizer.kind = "adam";
+  c.optimizer.lr = 1e-3f;
+  c.threads = 1;
+  c.progress = false;
+  return c;
+}
+
+// cleaved flags of client i (0-based) of kClients.
+std::vector<std::string> client_flags(int i) {
+  return {"--dataset", "fashion-mnist", "--shard", std::to_string(i) + "/" + std::to_string(kClients),
+          "--seed", "11", "--limit-train", std::to_string(kLimitTrain)};
+}
+
+// dev1 is the server, dev2..dev4 the clients (indices 0..2 by name).
+struct DropCluster {
+  DaemonCluster cluster{kClients + 1};
+  std::mutex mu;
+  std::string endpoint;
+  std::vector<pid_t> pids{std::vector<pid_t>(kClients + 2, 0)};  // by daemon number
+
+  SplitOptions options() {
+    SplitOptions o;
+    o.clients = kClients;
+    cluster.connect(o);
+    o.epoch_timeout_s = 300;
+    o.peer_timeout_ms = 3000;
+    o.splitfed = true;
+    o.on_listening = [this](const std::string& ep) {
+      std::lock_guard lock(mu);
+      endpoint = ep;
+      pids[1] = cluster.start(1, ep);
+      for (int i = 0; i < kClients; ++i) {
+        std::vector<std::string> flags = client_flags(i);
+        // The last client is slowed down so that epoch 1 lasts a few seconds: long enough to kill it inside.
+        if (i == kClients - 1) flags.insert(flags.end(), {"--bandwidth-limit", "1MB/s"});
+        pids[static_cast<size_t>(i + 2)] = cluster.start(i + 2, ep, flags);
+      }
+    };
+    return o;
+  }
+
+  // Waits until daemon `n`'s log says `text` (false after 60 s).
+  bool wait_for_log(int n, const std::string& text) {
+    const auto t0 = Clock::now();
+    while (cluster.log(n).find(text) == std::string::npos) {
+      if (Clock::now() - t0 > std::chrono::seconds(60)) return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return true;
+  }
+};
+
+std::set<std::string> keys_of(const nlohmann::json& obj) {
+  std::set<std::string> out;
+  for (auto it = obj.begin(); it != obj.end(); ++it) out.insert(it.key());
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("split learning: a client killed mid-epoch is dropped, left out of the SplitFed average, and rejoins at "
+          "the next epoch", "[integration][split][slow]") {
+  CLEAVE_SKIP_UNLESS_FASHION_MNIST();
+  DropCluster dc;
+  SplitOptions o = dc.options();
+  std::atomic<bool> killed{false}, restarted{false};
+  std::thread killer([&] {
+    // dev4 logs "split client 2: layers ..." when its part is built; its epoch 1 takes a few seconds from then.
+    if (!dc.wait_for_log(4, "split client 2")) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1200));
+    std::lock_guard lock(dc.mu);
+    kill(dc.pids[4], SIGKILL);
+    killed = true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    dc.pids[4] = dc.cluster.start(4, dc.endpoint, client_flags(2));  // the same client, unthrottled
+    restarted = true;
+  });
+  nlohmann::json r;
+  try {
+    r = train_split(drop_config(), o);
+  } catch (...) {
+    killer.join();
+    throw;
+  }
+  killer.join();
+  REQUIRE(killed);
+  REQUIRE(restarted);
+  INFO(r.dump(1).substr(0, 6000));
+  REQUIRE(r["rounds"].size() == 3);
+  const int64_t batches = kLimitTrain / kClients / 64;
+
+  // Epoch 1: dev4 dropped with a reason, part-way through its shard.
+  const nlohmann::json& e1 = r["rounds"][0];
+  REQUIRE(e1["dropped"].size() == 1);
+  const nlohmann::json& d = e1["dropped"][0];
+  CHECK(d["client"] == "dev4");
+  CHECK(!d["reason"].get<std::string>().empty());
+  const int64_t step = d["step"].get<int64_t>(), missed = d["missed_steps"].get<int64_t>();
+  CHECK(step >= 0);
+  CHECK(missed > 0);
+  CHECK(step + missed == batches);
+  // The epoch went on: the others' batches plus what dev4 got through, each served exactly once.
+  CHECK(e1["steps"].get<int64_t>() == (kClients - 1) * batches + step);
+  // SplitFed averaged only the two clients that finished the epoch, each over its whole shard.
+  CHECK(keys_of(e1["splitfed_samples"]) == std::set<std::string>{"dev2", "dev3"});
+  for (const auto& [name, samples] : e1["splitfed_samples"].items()) CHECK(samples == kLimitTrain / kClients);
+  // Evaluation used the clients still there.
+  CHECK(keys_of(e1["per_client"]) == std::set<std::string>{"dev2", "dev3"});
+  CHECK(e1["rejoined"].empty());
+
+  // Epoch 2: the restarted dev4 is back, from the averaged blocks, and trains its whole shard again.
+  const nlohmann::json& e2 = r["rounds"][1];
+  CHECK(e2["rejoined"] == nlohmann::json::array({"dev4"}));
+  CHECK(e2["dropped"].empty());
+  CHECK(e2["steps"].get<int64_t>() == kClients * batches);
+  CHECK(keys_of(e2["splitfed_samples"]) == std::set<std::string>{"dev2", "dev3", "dev4"});
+  CHECK(keys_of(e2["per_client"]) == std::set<std::string>{"dev2", "dev3", "dev4"});
+  CHECK(r["rejoin_weights"] == "averaged");
+  const nlohmann::json& e3 = r["rounds"][2];
+  CHECK(e3["dropped"].empty());
+  CHECK(e3["rejoined"].empty());
+  CHECK(r["steps"].get<int64_t>() == e1["steps"].get<int64_t>() + 2 * kClients * batches);
+  CHECK(r["test_accuracy"].get<double>() > 0.5);  // it still learns
+}
+
+TEST_CASE("split learning with 3 clients fails clearly within seconds when the server is killed",
+          "[integration][split]") {
+  CLEAVE_SKIP_UNLESS_FASHION_MNIST();
+  DropCluster dc;
+  SplitOptions o = dc.options();
+  TrainConfig cfg = drop_config();
+  cfg.epochs = 50;  // far longer than the test: only the server's loss ends it
+  std::atomic<bool> killed{false};
+  Clock::time_point t_kill{};
+  std::thread killer([&] {
+    if (!dc.wait_for_log(4, "split client 2")) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(800));
+    std::lock_guard lock(dc.mu);
+    t_kill = Clock::now();
+    kill(dc.pids[1], SIGKILL);
+    killed = true;
+  });
+  CHECK_THROWS_WITH(train_split(cfg, o), Catch::Contains("the server dev1") && Catch::Contains("epoch") &&
+                                             Catch::Contains("cannot go on"));
+  killer.join();
+  REQUIRE(killed);
+  // A disconnect is seen at once; silence would take --peer-timeout (3 s).
+  CHECK(Clock::now() - t_kill < std::chrono::seconds(15));
+}
