@@ -127,7 +127,7 @@ struct CommandValidator {
     return {};
   }
   std::string operator()(const SplitRoundCmd& c) const {
-    if (static_cast<uint8_t>(c.phase) > 2) return "split_round: unknown phase";
+    if (static_cast<uint8_t>(c.phase) > 4) return "split_round: unknown phase";
     if (c.round < 0) return "split_round: negative round";
     for (int32_t i : c.order)
       if (i < 0) return "split_round: negative client index in order";

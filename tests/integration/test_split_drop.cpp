@@ -28,7 +28,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 constexpr int kClients = 3;
-constexpr int64_t kLimitTrain = 1920;  // 640 samples per client: 10 batches of 64 per epoch
+constexpr int64_t kLimitTrain = 2880;  // 960 samples per client: 15 batches of 64 per epoch
 constexpr int64_t kLimitTest = 300;
 
 // The MLP, 3 epochs, vanilla labels (the server reports each batch once the
@@ -81,13 +81,15 @@ struct DropCluster {
     return o;
   }
 
-  // Waits until daemon `n`'s log says `text` (false after 60 s).
-  bool wait_for_log(int n, const std::string& text) {
+  // Waits until every client has built its part ("split client I: layers ..."
+  // in its log): epoch 1 starts right after. False after 60 s.
+  bool wait_for_clients() {
     const auto t0 = Clock::now();
-    while (cluster.log(n).find(text) == std::string::npos) {
-      if (Clock::now() - t0 > std::chrono::seconds(60)) return false;
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
+    for (int i = 0; i < kClients; ++i)
+      while (cluster.log(i + 2).find("split client " + std::to_string(i)) == std::string::npos) {
+        if (Clock::now() - t0 > std::chrono::seconds(60)) return false;
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      }
     return true;
   }
 };
@@ -107,8 +109,8 @@ TEST_CASE("split learning: a client killed mid-epoch is dropped, left out of the
   SplitOptions o = dc.options();
   std::atomic<bool> killed{false}, restarted{false};
   std::thread killer([&] {
-    // dev4 logs "split client 2: layers ..." when its part is built; its epoch 1 takes a few seconds from then.
-    if (!dc.wait_for_log(4, "split client 2")) return;
+    // dev4's epoch 1 (15 throttled batches) takes several seconds: kill it part-way.
+    if (!dc.wait_for_clients()) return;
     std::this_thread::sleep_for(std::chrono::milliseconds(1200));
     std::lock_guard lock(dc.mu);
     kill(dc.pids[4], SIGKILL);
@@ -136,6 +138,7 @@ TEST_CASE("split learning: a client killed mid-epoch is dropped, left out of the
   REQUIRE(e1["dropped"].size() == 1);
   const nlohmann::json& d = e1["dropped"][0];
   CHECK(d["client"] == "dev4");
+  CHECK(d["phase"] == "epoch 1 training");
   CHECK(!d["reason"].get<std::string>().empty());
   const int64_t step = d["step"].get<int64_t>(), missed = d["missed_steps"].get<int64_t>();
   CHECK(step >= 0);
@@ -175,7 +178,7 @@ TEST_CASE("split learning with 3 clients fails clearly within seconds when the s
   std::atomic<bool> killed{false};
   Clock::time_point t_kill{};
   std::thread killer([&] {
-    if (!dc.wait_for_log(4, "split client 2")) return;
+    if (!dc.wait_for_clients()) return;
     std::this_thread::sleep_for(std::chrono::milliseconds(800));
     std::lock_guard lock(dc.mu);
     t_kill = Clock::now();
