@@ -73,8 +73,9 @@ struct DropCluster {
       pids[1] = cluster.start(1, ep);
       for (int i = 0; i < kClients; ++i) {
         std::vector<std::string> flags = client_flags(i);
-        // The last client is slowed down so that epoch 1 lasts a few seconds: long enough to kill it inside.
-        if (i == kClients - 1) flags.insert(flags.end(), {"--bandwidth-limit", "1MB/s"});
+        // Two clients are slowed down (15 batches of 256 KiB activations at 1 MB/s: 4 s an epoch), so that the
+        // last can be killed inside epoch 1 and, started again, register before epoch 2 begins.
+        if (i >= 1) flags.insert(flags.end(), {"--bandwidth-limit", "1MB/s"});
         pids[static_cast<size_t>(i + 2)] = cluster.start(i + 2, ep, flags);
       }
     };
