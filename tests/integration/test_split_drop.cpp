@@ -3,7 +3,10 @@
 // from that epoch, not fatal: the run finishes, the JSON records the drop and
 // the steps it missed, the SplitFed average of epoch 1 is over the two
 // clients that finished it, and the client, started again, rejoins at epoch
-// 2. The server killed instead fails the run clearly within seconds.
+// 2. A client that falls silent (SIGSTOP) is dropped after --peer-timeout
+// and, woken, ends its job and rejoins; without SplitFed it restarts from the
+// initial weights and no client-side weights ever leave a client. The server
+// killed instead fails the run clearly within seconds.
 #include <catch2/catch.hpp>
 
 #include <signal.h>
@@ -60,19 +63,21 @@ struct DropCluster {
   std::string endpoint;
   std::vector<pid_t> pids{std::vector<pid_t>(kClients + 2, 0)};  // by daemon number
 
-  SplitOptions options() {
+  // `last_client_extra`: more cleaved flags for dev4.
+  SplitOptions options(bool splitfed, std::vector<std::string> last_client_extra = {}) {
     SplitOptions o;
     o.clients = kClients;
     cluster.connect(o);
     o.epoch_timeout_s = 300;
     o.peer_timeout_ms = 3000;
-    o.splitfed = true;
-    o.on_listening = [this](const std::string& ep) {
+    o.splitfed = splitfed;
+    o.on_listening = [this, last_client_extra](const std::string& ep) {
       std::lock_guard lock(mu);
       endpoint = ep;
       pids[1] = cluster.start(1, ep);
       for (int i = 0; i < kClients; ++i) {
         std::vector<std::string> flags = client_flags(i);
+        if (i == kClients - 1) flags.insert(flags.end(), last_client_extra.begin(), last_client_extra.end());
         // Two clients are slowed down (15 batches of 256 KiB activations at 1 MB/s: 4 s an epoch), so that the
         // last can be killed inside epoch 1 and, started again, register before epoch 2 begins.
         if (i >= 1) flags.insert(flags.end(), {"--bandwidth-limit", "1MB/s"});
@@ -107,7 +112,7 @@ TEST_CASE("split learning: a client killed mid-epoch is dropped, left out of the
           "the next epoch", "[integration][split][slow]") {
   CLEAVE_SKIP_UNLESS_FASHION_MNIST();
   DropCluster dc;
-  SplitOptions o = dc.options();
+  SplitOptions o = dc.options(/*splitfed=*/true);
   std::atomic<bool> killed{false}, restarted{false};
   std::thread killer([&] {
     // dev4's epoch 1 (15 throttled batches) takes several seconds: kill it part-way.
@@ -169,11 +174,56 @@ TEST_CASE("split learning: a client killed mid-epoch is dropped, left out of the
   CHECK(r["test_accuracy"].get<double>() > 0.5);  // it still learns
 }
 
+TEST_CASE("split learning: a client that falls silent is dropped after --peer-timeout, and rejoins once awake",
+          "[integration][split][slow]") {
+  CLEAVE_SKIP_UNLESS_FASHION_MNIST();
+  DropCluster dc;
+  // Its job ends when it wakes (the coordinator sent it Finish): it must serve a second one.
+  SplitOptions o = dc.options(/*splitfed=*/false, {"--max-jobs", "2"});
+  o.labels = "client";  // U-shaped: the client-side layers are front and tail
+  o.peer_timeout_ms = 2000;
+  std::atomic<bool> stopped{false};
+  std::thread sleeper([&] {
+    if (!dc.wait_for_clients()) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1200));
+    std::lock_guard lock(dc.mu);
+    kill(dc.pids[4], SIGSTOP);
+    stopped = true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(3500));  // past --peer-timeout: dropped by now
+    kill(dc.pids[4], SIGCONT);
+  });
+  nlohmann::json r;
+  try {
+    r = train_split(drop_config(), o);
+  } catch (...) {
+    sleeper.join();
+    throw;
+  }
+  sleeper.join();
+  REQUIRE(stopped);
+  INFO(r.dump(1).substr(0, 6000));
+  REQUIRE(r["rounds"].size() == 3);
+  const nlohmann::json& e1 = r["rounds"][0];
+  REQUIRE(e1["dropped"].size() == 1);
+  CHECK(e1["dropped"][0]["client"] == "dev4");
+  CHECK(e1["dropped"][0]["reason"].get<std::string>().find("stopped responding") != std::string::npos);
+  CHECK(e1["dropped"][0]["missed_steps"].get<int64_t>() > 0);
+  CHECK(keys_of(e1["per_client"]) == std::set<std::string>{"dev2", "dev3"});
+  CHECK(r["rounds"][1]["rejoined"] == nlohmann::json::array({"dev4"}));
+  CHECK(keys_of(r["rounds"][1]["per_client"]) == std::set<std::string>{"dev2", "dev3", "dev4"});
+  CHECK(r["rejoin_weights"] == "initial");
+  // Without SplitFed no client ever sent the coordinator weights, the drop and rejoin included.
+  for (const auto& [name, kinds] : r["messages_from_clients"].items()) {
+    INFO(name);
+    CHECK(!kinds.contains("weights"));
+  }
+}
+
 TEST_CASE("split learning with 3 clients fails clearly within seconds when the server is killed",
           "[integration][split]") {
   CLEAVE_SKIP_UNLESS_FASHION_MNIST();
   DropCluster dc;
-  SplitOptions o = dc.options();
+  SplitOptions o = dc.options(/*splitfed=*/true);
   TrainConfig cfg = drop_config();
   cfg.epochs = 50;  // far longer than the test: only the server's loss ends it
   std::atomic<bool> killed{false};
