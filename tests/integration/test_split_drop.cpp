@@ -113,25 +113,30 @@ TEST_CASE("split learning: a client killed mid-epoch is dropped, left out of the
   CLEAVE_SKIP_UNLESS_FASHION_MNIST();
   DropCluster dc;
   SplitOptions o = dc.options(/*splitfed=*/true);
-  std::atomic<bool> killed{false}, restarted{false};
+  std::atomic<bool> killed{false}, restarted{false}, run_over{false};
   std::thread killer([&] {
     // dev4's epoch 1 (15 throttled batches) takes several seconds: kill it part-way.
+    // Early in it, so that its restart has most of the epoch to register in.
     if (!dc.wait_for_clients()) return;
-    std::this_thread::sleep_for(std::chrono::milliseconds(1200));
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
     std::lock_guard lock(dc.mu);
     kill(dc.pids[4], SIGKILL);
     killed = true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
     dc.pids[4] = dc.cluster.start(4, dc.endpoint, client_flags(2));  // the same client, unthrottled
     restarted = true;
+    // A child started here gets SIGTERM when this thread ends (spawn's PR_SET_PDEATHSIG): outlive the run.
+    while (!run_over) std::this_thread::sleep_for(std::chrono::milliseconds(50));
   });
   nlohmann::json r;
   try {
     r = train_split(drop_config(), o);
   } catch (...) {
+    run_over = true;
     killer.join();
     throw;
   }
+  run_over = true;
   killer.join();
   REQUIRE(killed);
   REQUIRE(restarted);

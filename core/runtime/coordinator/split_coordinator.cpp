@@ -97,9 +97,14 @@ class SplitDriver {
 
  private:
   [[noreturn]] void fail(const std::string& text) { throw std::runtime_error(text); }
+  // Sends to the server (failing the run if it cannot be reached) or to a
+  // client in the job (dropping it if it cannot; one dropped already gets nothing).
   void send(const std::string& peer, const Message& m) {
+    if (peer != server_name_ && !active_.count(peer)) return;
     Status s = session_->server().send(peer, m);
-    if (!s) fail("cannot reach " + peer + ": " + s.failure().message);
+    if (s) return;
+    if (peer == server_name_) fail("cannot reach the server " + peer + ": " + s.failure().message);
+    drop_client(peer, "is unreachable (" + s.failure().message + ")");
   }
   // Serves the participants' messages until `done()`, handing each to
   // `on_message`. A client that dies, disconnects, falls silent or leaves the
@@ -161,7 +166,7 @@ class SplitDriver {
   EpochTraining train_epoch(int e, Clock::time_point t_round, Clock::time_point deadline);
   int64_t average_client_blocks(int e, Clock::time_point deadline);  // returns the weights bytes
   // Sends the averaged blocks to `names` and waits for them to load them.
-  void send_averaged(int e, const std::set<std::string>& names, Clock::time_point deadline);
+  void send_averaged(int e, std::set<std::string> names, Clock::time_point deadline);
   EpochEvaluation evaluate_epoch(int e, Clock::time_point deadline);
   // The server's serving order over the clients in the job (round-robin over `batches`).
   std::vector<int> serving_order(const std::map<std::string, int64_t>& batches) const;
@@ -633,7 +638,7 @@ int64_t SplitDriver::average_client_blocks(int e, Clock::time_point deadline) {
   const EndpointStats before = session_->server().stats();
   std::map<int, std::map<std::string, ClientUpdate>> blocks;  // by stage, then client
   const Message ck = command_message(CheckpointCmd{StateKind::kParams}, session_->next_request_id());
-  for (const auto& c : active_) send(c, ck);
+  for (const auto& c : std::set<std::string>(active_)) send(c, ck);  // a copy: a failed send drops the client
   const size_t per_client = layout_.has_tail() ? 2 : 1;
   std::map<std::string, size_t> have;
   auto missing = [&] {
@@ -671,7 +676,7 @@ int64_t SplitDriver::average_client_blocks(int e, Clock::time_point deadline) {
   return static_cast<int64_t>(after.bytes_sent - before.bytes_sent + after.bytes_received - before.bytes_received);
 }
 
-void SplitDriver::send_averaged(int e, const std::set<std::string>& names, Clock::time_point deadline) {
+void SplitDriver::send_averaged(int e, std::set<std::string> names, Clock::time_point deadline) {
   for (const auto& [stage, values] : averaged_) {
     WeightsMsg w;
     w.stage = stage;
@@ -719,7 +724,8 @@ std::vector<int> SplitDriver::serving_order(const std::map<std::string, int64_t>
 
 void SplitDriver::send_round(SplitPhase phase, int e, const std::vector<int>& order) {
   send(server_name_, command_message(SplitRoundCmd{phase, e, order}, session_->next_request_id()));
-  for (const auto& c : active_) send(c, command_message(SplitRoundCmd{phase, e, {}}, session_->next_request_id()));
+  for (const auto& c : std::set<std::string>(active_))  // a copy: a failed send drops the client
+    send(c, command_message(SplitRoundCmd{phase, e, {}}, session_->next_request_id()));
 }
 
 std::pair<int64_t, int64_t> SplitDriver::link_bytes(const std::map<std::string, nlohmann::json>& acks) {
