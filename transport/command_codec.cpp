@@ -18,6 +18,8 @@ const char* split_phase_name(SplitPhase phase) {
     case SplitPhase::kTrain: return "split_round";
     case SplitPhase::kEval: return "split_eval";
     case SplitPhase::kAverage: return "split_weights";
+    case SplitPhase::kDrop: return "split_drop";
+    case SplitPhase::kRejoin: return "split_rejoin";
   }
   return "?";
 }
@@ -125,7 +127,7 @@ struct CommandValidator {
     return {};
   }
   std::string operator()(const SplitRoundCmd& c) const {
-    if (static_cast<uint8_t>(c.phase) > 2) return "split_round: unknown phase";
+    if (static_cast<uint8_t>(c.phase) > 4) return "split_round: unknown phase";
     if (c.round < 0) return "split_round: negative round";
     for (int32_t i : c.order)
       if (i < 0) return "split_round: negative client index in order";
@@ -398,7 +400,7 @@ std::string read_command(const fb::Command& in, CommandMsg& out) {
     case fb::CommandBody::SplitRound: {
       const auto* c = in.body_as_SplitRound();
       const auto phase = static_cast<uint8_t>(c->phase());
-      if (phase > 2) return "split_round: unknown phase " + std::to_string(phase);
+      if (phase > 4) return "split_round: unknown phase " + std::to_string(phase);
       out.command = SplitRoundCmd{static_cast<SplitPhase>(phase), c->round(), ints(c->order())};
       return {};
     }

@@ -252,7 +252,9 @@ struct FedRoundCmd {  // train locally from the global weights that came just be
   std::optional<SecAggSetup> secagg;  // set: answer with the secure-aggregation phases, not `weights`
   bool operator==(const FedRoundCmd&) const = default;
 };
-enum class SplitPhase : uint8_t { kTrain = 0, kEval = 1, kAverage = 2 };
+// kDrop, kRejoin (coordinator -> server): `order` lists client indices to stop
+// serving in the running phase, or to give a fresh link (docs/split.md).
+enum class SplitPhase : uint8_t { kTrain = 0, kEval = 1, kAverage = 2, kDrop = 3, kRejoin = 4 };
 struct SplitRoundCmd {  // one split-learning epoch phase; the server serves clients in `order`
   SplitPhase phase = SplitPhase::kTrain;
   int64_t round = 0;

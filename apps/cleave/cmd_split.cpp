@@ -65,7 +65,7 @@ void add_split_command(CLI::App& root) {
       ->check(flag_checks::positive());
   add_activation_noise_flags(*cmd, *o);
   add_coordinator_flags(*cmd, *o, "daemon");
-  cmd->add_option("--peer-timeout", o->peer_timeout_ms, "A daemon silent this many ms fails the run")
+  cmd->add_option("--peer-timeout", o->peer_timeout_ms, "A client silent this many ms is dropped from the epoch (the server: the run fails)")
       ->capture_default_str()->check(flag_checks::positive());
   cmd->add_option("--epoch-timeout", o->epoch_timeout_s, "Seconds an epoch (training + evaluation) may take")
       ->capture_default_str()->check(flag_checks::positive());

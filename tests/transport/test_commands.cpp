@@ -78,6 +78,8 @@ TEST_CASE("every command round-trips with its fields", "[transport][commands]") 
       SplitRoundCmd{SplitPhase::kTrain, 2, {0, 2, 1, 0}},
       SplitRoundCmd{SplitPhase::kEval, 0, {}},
       SplitRoundCmd{SplitPhase::kAverage, 9, {}},
+      SplitRoundCmd{SplitPhase::kDrop, 1, {2}},
+      SplitRoundCmd{SplitPhase::kRejoin, 2, {0, 2}},
   };
   std::set<size_t> kinds;
   for (const Command& c : commands) {

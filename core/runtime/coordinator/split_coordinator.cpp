@@ -72,6 +72,7 @@ struct EpochTraining {
   int64_t samples = 0, steps = 0;
   double seconds = 0;
   int64_t cut_up = 0, cut_down = 0;  // the clients' cut-layer link bytes in this pass
+  std::map<std::string, int64_t> served;  // training batches the server served each client
 };
 
 // What one epoch's evaluation produced (summed over the clients).
@@ -82,6 +83,13 @@ struct EpochEvaluation {
   int64_t up = 0, down = 0;  // link bytes
 };
 
+// A dropped client's daemon that registered again: it rejoins at the next epoch.
+struct ReturnedClient {
+  RegisterMsg reg;
+  nlohmann::json details;
+  int64_t samples = 0;
+};
+
 class SplitDriver {
  public:
   SplitDriver(const TrainConfig& cfg, const SplitOptions& opts) : cfg_(cfg), opts_(opts), bar_(cfg.progress, "epoch") {}
@@ -89,20 +97,39 @@ class SplitDriver {
 
  private:
   [[noreturn]] void fail(const std::string& text) { throw std::runtime_error(text); }
+  // Sends to the server (failing the run if it cannot be reached) or to a
+  // client in the job (dropping it if it cannot; one dropped already gets nothing).
   void send(const std::string& peer, const Message& m) {
+    if (peer != server_name_ && !active_.count(peer)) return;
     Status s = session_->server().send(peer, m);
-    if (!s) fail("cannot reach " + peer + ": " + s.failure().message);
+    if (s) return;
+    if (peer == server_name_) fail("cannot reach the server " + peer + ": " + s.failure().message);
+    drop_client(peer, "is unreachable (" + s.failure().message + ")");
   }
   // Serves the participants' messages until `done()`, handing each to
-  // `on_message`. Fails on an error, a dead participant or the deadline (the
-  // message names what `waiting_for()` says is still missing).
+  // `on_message`. A client that dies, disconnects, falls silent or leaves the
+  // job is dropped (drop_client) and the wait goes on without it; the
+  // server's loss, an error or the deadline fails the run (the message names
+  // what `waiting_for()` says is still missing).
   void await(const std::function<bool()>& done, const std::function<std::string()>& waiting_for,
              Clock::time_point deadline, const std::function<void(const Received&)>& on_message);
-  // Waits until every peer in `want` acknowledged `op`; hands other messages
-  // (metrics, weights) to `on_message`. Returns the acks' details by peer.
+  // Waits until every peer in `want` that is still in the job acknowledged
+  // `op`; hands other messages (metrics, weights) to `on_message`. Returns the
+  // acks' details by peer (a peer dropped meanwhile has none).
   std::map<std::string, nlohmann::json> await_acks(const std::set<std::string>& want, const std::string& op,
                                                    Clock::time_point deadline,
                                                    const std::function<void(const Received&)>& on_message);
+  bool in_job(const std::string& peer) const { return peer == server_name_ || active_.count(peer) > 0; }
+  int index_of(const std::string& client) const;
+  // Drops the clients the pool found dead; fails the run when the server is.
+  void check_liveness();
+  // Takes `client` out of the running epoch: the server stops serving it, the
+  // daemon is told to end its job (it registers again and may rejoin), and
+  // the epoch's "dropped" records it. Fails the run when no client is left.
+  void drop_client(const std::string& client, const std::string& reason, bool tell_it = true);
+  // A registration during the job: a dropped client coming back (or a client
+  // that left its job: dropped first), or the server having left (fatal).
+  void on_register(const Received& r);
 
   void prepare();  // options, model, layout: before anyone is contacted
   void listen();
@@ -126,16 +153,30 @@ class SplitDriver {
   void set_up();
   SplitJob common_job() const;
   nlohmann::json assign_server(const SplitJob& common);
-  void assign_clients(const SplitJob& common, const nlohmann::json& endpoints);
+  // Assigns each of `names` its part, dialling its endpoint in `endpoints`,
+  // and waits for their acks (the batches each serves). Returns those that acknowledged.
+  std::vector<std::string> assign_clients(const std::vector<std::string>& names, const nlohmann::json& endpoints,
+                                          Clock::time_point deadline);
+  void assign_client(const std::string& name, const nlohmann::json& endpoints);
+  // Start of an epoch: every dropped client that registered again gets its
+  // part back (SplitFed: with the last averaged blocks).
+  void rejoin_returned(int e, Clock::time_point deadline);
   // One epoch: training, SplitFed averaging, evaluation. Returns its entry of the result JSON.
   nlohmann::json run_epoch(int e);
   EpochTraining train_epoch(int e, Clock::time_point t_round, Clock::time_point deadline);
   int64_t average_client_blocks(int e, Clock::time_point deadline);  // returns the weights bytes
+  // Sends the averaged blocks to `names` and waits for them to load them.
+  void send_averaged(int e, std::set<std::string> names, Clock::time_point deadline);
   EpochEvaluation evaluate_epoch(int e, Clock::time_point deadline);
-  // The phase's command to the server (serving `order`) and to every client.
+  // The server's serving order over the clients in the job (round-robin over `batches`).
+  std::vector<int> serving_order(const std::map<std::string, int64_t>& batches) const;
+  // The phase's command to the server (serving `order`) and to every client in the job.
   void send_round(SplitPhase phase, int e, const std::vector<int>& order);
   // The clients' link bytes since the last call, from their acks: {up, down}.
   std::pair<int64_t, int64_t> link_bytes(const std::map<std::string, nlohmann::json>& acks);
+  // The epoch's "dropped" entries with "step" (training batches served this
+  // epoch) and "missed_steps" filled in.
+  nlohmann::json epoch_drops(const std::map<std::string, int64_t>& served) const;
   nlohmann::json finish();  // the server's record of what each client sent it
   nlohmann::json result(const nlohmann::json& rounds, const nlohmann::json& cut_messages, Clock::time_point t_start);
 
@@ -146,13 +187,16 @@ class SplitDriver {
   Encoding encoding_ = Encoding::kF32;
   OptimizerConfig ocfg_;
   std::unique_ptr<Session> session_;
-  std::vector<std::string> clients_;  // sorted by name: the client index
+  std::vector<std::string> clients_;  // the roster, sorted by name: the client index
   std::set<std::string> client_set_;
   std::string server_name_;
-  std::set<std::string> participants_;  // the clients and the server
+  std::set<std::string> participants_;  // the roster and the server
+  std::set<std::string> active_;        // the clients in the job now (not dropped)
+  std::set<std::string> acked_;         // participants that acknowledged their assignment
   std::string phase_ = "registration";
-  std::vector<int> train_order_, test_order_;  // the server's serving orders
-  int64_t test_samples_ = 0;
+  int epoch_ = 0;  // the running epoch (0-based, as on the wire)
+  std::map<std::string, int64_t> train_batches_, test_batches_;  // per epoch, as each client acknowledged
+  std::map<std::string, int64_t> test_samples_by_;
   // Across the epochs:
   ProgressBar bar_;
   nlohmann::json losses_ = nlohmann::json::array();            // one per training batch, in the server's order
@@ -161,6 +205,13 @@ class SplitDriver {
   int64_t trained_samples_ = 0;
   std::set<std::string> warned_;                              // daemons logged as not taken
   std::map<std::string, int64_t> registered_samples_;         // each client's shard size, as it registered
+  // Drops and rejoins:
+  nlohmann::json drops_ = nlohmann::json::array();     // this epoch's, "step" still to fill in
+  nlohmann::json rejoined_ = nlohmann::json::array();  // this epoch's
+  std::string gone_;                                   // "dev2 disconnected, ..." over the run
+  std::map<std::string, ReturnedClient> returned_;     // dropped clients that registered again
+  std::map<int, std::shared_ptr<std::vector<float>>> averaged_;  // SplitFed: the last averaged blocks by stage
+  nlohmann::json averaged_samples_ = nlohmann::json::object();   // SplitFed: {client: samples} of this epoch's average
 };
 
 nlohmann::json SplitDriver::run() {
@@ -181,39 +232,103 @@ std::map<std::string, nlohmann::json> SplitDriver::await_acks(const std::set<std
                                                               Clock::time_point deadline,
                                                               const std::function<void(const Received&)>& on_message) {
   std::map<std::string, nlohmann::json> got;
-  await([&] { return got.size() == want.size(); },
-        [&] {
-          std::string missing;
-          for (const auto& w : want)
-            if (!got.count(w)) missing += (missing.empty() ? "" : ", ") + w;
-          return missing;
-        },
-        deadline,
-        [&](const Received& r) {
-          if (auto* a = std::get_if<AckMsg>(&r.message.body)) {
-            nlohmann::json detail = ack_detail(r, *a);
-            if (json_string(detail, "op", "") == op && want.count(r.peer)) got[r.peer] = std::move(detail);
-          } else if (on_message) {
-            on_message(r);
-          }
-        });
+  auto missing = [&] {
+    std::string out;
+    for (const auto& w : want)
+      if (in_job(w) && !got.count(w)) out += (out.empty() ? "" : ", ") + w;
+    return out;
+  };
+  await([&] { return missing().empty(); }, missing, deadline, [&](const Received& r) {
+    if (auto* a = std::get_if<AckMsg>(&r.message.body)) {
+      nlohmann::json detail = ack_detail(r, *a);
+      if (json_string(detail, "op", "") == op && want.count(r.peer)) got[r.peer] = std::move(detail);
+    } else if (on_message) {
+      on_message(r);
+    }
+  });
   return got;
 }
 
 void SplitDriver::await(const std::function<bool()>& done, const std::function<std::string()>& waiting_for,
                         Clock::time_point deadline, const std::function<void(const Received&)>& on_message) {
   PeerPool& pool = session_->pool();
-  while (!done()) {
-    for (const auto& name : participants_)
-      if (pool.at(name).dead) fail(name + " " + pool.at(name).dead_reason + " during " + phase_);
+  for (;;) {
+    check_liveness();
+    if (done()) return;
     if (Clock::now() > deadline)
       fail(phase_ + " did not finish in time: still waiting for " + waiting_for() + " (--epoch-timeout " +
            std::to_string(static_cast<int>(opts_.epoch_timeout_s)) + " s)");
     auto r = pool.receive(Millis(50));
     if (!r || !participants_.count(r->peer)) continue;
+    if (std::holds_alternative<RegisterMsg>(r->message.body)) {
+      on_register(*r);
+      continue;
+    }
+    if (!in_job(r->peer)) continue;  // a dropped client's late words change nothing
     if (auto* e = std::get_if<ErrorMsg>(&r->message.body)) fail(r->peer + " failed during " + phase_ + ": " + e->message);
     on_message(*r);
   }
+}
+
+int SplitDriver::index_of(const std::string& client) const {
+  return static_cast<int>(std::find(clients_.begin(), clients_.end(), client) - clients_.begin());
+}
+
+void SplitDriver::check_liveness() {
+  PeerPool& pool = session_->pool();
+  if (const PoolPeer& s = pool.at(server_name_); s.dead)
+    fail("the server " + server_name_ + " " + s.dead_reason + " during " + phase_ + ": it holds layers " +
+         std::to_string(layout_.server_begin()) + ".." + std::to_string(layout_.server_end() - 1) +
+         " of every client's model, so the run cannot go on; start it again and rerun");
+  const std::set<std::string> now = active_;  // drop_client changes active_
+  for (const auto& c : now)
+    if (const PoolPeer& p = pool.at(c); p.dead) drop_client(c, p.dead_reason);
+}
+
+void SplitDriver::drop_client(const std::string& client, const std::string& reason, bool tell_it) {
+  if (!active_.erase(client)) return;
+  acked_.erase(client);
+  session_->pool().mark_dead(client, reason);  // no more heartbeats or health checks until it rejoins
+  drops_.push_back({{"client", client}, {"reason", reason}, {"phase", phase_}});
+  gone_ += (gone_.empty() ? "" : ", ") + client + " " + reason;
+  log(LogLevel::kWarning, "cleave split: client " + client + " " + reason + " during " + phase_ +
+                              ": dropped from this epoch; the others go on, and it rejoins at the next epoch if its "
+                              "daemon registers again");
+  // The server stops waiting for it; the daemon, if it still runs, ends its job and registers again.
+  (void)session_->server().send(
+      server_name_, command_message(SplitRoundCmd{SplitPhase::kDrop, epoch_, {index_of(client)}}, session_->next_request_id()));
+  if (tell_it) (void)session_->server().send(client, command_message(FinishCmd{}, session_->next_request_id()));
+  if (active_.empty())
+    fail("every client is gone (" + gone_ + ") by " + phase_ + ": split learning needs at least one client; start "
+         "the clients' daemons again and rerun");
+}
+
+void SplitDriver::on_register(const Received& r) {
+  const auto& reg = std::get<RegisterMsg>(r.message.body);
+  if (r.peer == server_name_) {
+    // A daemon never registers while it serves a job: after its ack, this one has left it.
+    if (acked_.count(server_name_))
+      fail("the server " + server_name_ + " left the job (it registered again) during " + phase_ +
+           ": it holds the middle layers of every client's model, so the run cannot go on");
+    return;
+  }
+  if (active_.count(r.peer)) {
+    if (!acked_.count(r.peer)) return;  // a registration sent before its assignment arrived
+    const PoolPeer& p = session_->pool().at(r.peer);  // dead already when its old connection's end came first
+    drop_client(r.peer, p.dead ? p.dead_reason : "left the job (it registered again)", /*tell_it=*/false);
+  }
+  nlohmann::json details = nlohmann::json::object();
+  std::string details_error;
+  try {
+    details = parse_untrusted_object(reg.details_json, kPeerJsonLimits, "registration details");
+  } catch (const std::invalid_argument& e) {
+    details_error = e.what();
+  }
+  const std::optional<FedClientDetails> d = daemon_details(Registration{r.peer, reg, details, details_error});
+  if (!d || !d->fed_client || !d->split_jobs) return;
+  if (!returned_.count(r.peer) && cfg_.progress)
+    std::fprintf(stderr, "cleave split: client %s registered again: it rejoins at the next epoch\n", r.peer.c_str());
+  returned_[r.peer] = ReturnedClient{reg, std::move(details), d->samples};
 }
 
 nlohmann::json SplitDriver::ack_detail(const Received& r, const AckMsg& a) {
@@ -309,6 +424,7 @@ void SplitDriver::register_daemons() {
   client_set_ = std::set<std::string>(clients_.begin(), clients_.end());
   participants_ = client_set_;
   participants_.insert(server_name_);
+  active_ = client_set_;
 }
 
 std::optional<FedClientDetails> SplitDriver::daemon_details(const Registration& got) {
@@ -322,8 +438,8 @@ std::optional<FedClientDetails> SplitDriver::daemon_details(const Registration& 
 
 void SplitDriver::set_up() {
   phase_ = "set-up";
-  const SplitJob common = common_job();
-  assign_clients(common, assign_server(common));
+  const nlohmann::json endpoints = assign_server(common_job());
+  (void)assign_clients(clients_, endpoints, Clock::now() + std::chrono::seconds(120));
   if (cfg_.progress)
     std::fprintf(stderr, "cleave split: %zu client(s), server %s; client layers 0..%d%s, server layers %d..%d, "
                  "labels on the %s, %s cut-layer link%s\n", clients_.size(), server_name_.c_str(), layout_.cut - 1,
@@ -369,53 +485,90 @@ nlohmann::json SplitDriver::assign_server(const SplitJob& common) {
   a.link_encoding = encoding_;
   send(server_name_, Message{session_->next_request_id(), a, {}});
   auto server_ack = await_acks({server_name_}, "split_setup", Clock::now() + std::chrono::seconds(60), nullptr);
+  acked_.insert(server_name_);
   return read_ack(server_name_, [&] { return json_object(server_ack[server_name_], "endpoints"); });
 }
 
+void SplitDriver::assign_client(const std::string& name, const nlohmann::json& endpoints) {
+  SplitJob job = common_job();
+  job.role = SplitRole::kClient;
+  job.client_index = static_cast<int32_t>(index_of(name));
+  job.limit_test = cfg_.limit_test;
+  if (layout_.has_tail()) job.cut_back = layout_.cut_back;
+  if (opts_.activation_noise > 0) {  // off: both stay 0, and the client sends its activations as they are
+    job.activation_noise = static_cast<float>(opts_.activation_noise);
+    job.activation_clip = static_cast<float>(opts_.activation_clip);
+  }
+  AssignMsg a;
+  a.stage = 0;
+  a.num_stages = layout_.has_tail() ? 3 : 2;
+  a.layer_begin = 0;
+  a.layer_end = layout_.cut;
+  a.model_spec_json = spec_.to_json().dump();
+  a.optimizer = to_wire(ocfg_);
+  a.job = job;
+  a.link_encoding = encoding_;
+  a.next = PeerInfo{read_ack(server_name_, [&] { return json_string(endpoints, name, ""); }),
+                    session_->pool().at(server_name_).reg.public_key, server_name_};
+  if (a.next->endpoint.empty()) fail("the server gave no endpoint for client " + name);
+  send(name, Message{session_->next_request_id(), a, {}});
+}
+
 // Also learns from the clients' acks how many batches each serves: the serving orders.
-void SplitDriver::assign_clients(const SplitJob& common, const nlohmann::json& endpoints) {
-  for (size_t i = 0; i < clients_.size(); ++i) {
-    SplitJob job = common;
-    job.role = SplitRole::kClient;
-    job.client_index = static_cast<int32_t>(i);
-    job.limit_test = cfg_.limit_test;
-    if (layout_.has_tail()) job.cut_back = layout_.cut_back;
-    if (opts_.activation_noise > 0) {  // off: both stay 0, and the client sends its activations as they are
-      job.activation_noise = static_cast<float>(opts_.activation_noise);
-      job.activation_clip = static_cast<float>(opts_.activation_clip);
-    }
-    AssignMsg a;
-    a.stage = 0;
-    a.num_stages = layout_.has_tail() ? 3 : 2;
-    a.layer_begin = 0;
-    a.layer_end = layout_.cut;
-    a.model_spec_json = spec_.to_json().dump();
-    a.optimizer = to_wire(ocfg_);
-    a.job = job;
-    a.link_encoding = encoding_;
-    a.next = PeerInfo{read_ack(server_name_, [&] { return json_string(endpoints, clients_[i], ""); }),
-                      session_->pool().at(server_name_).reg.public_key,
-                      server_name_};
-    if (a.next->endpoint.empty()) fail("the server gave no endpoint for client " + clients_[i]);
-    send(clients_[i], Message{session_->next_request_id(), a, {}});
-  }
-  auto client_acks = await_acks(client_set_, "split_setup", Clock::now() + std::chrono::seconds(120), nullptr);
-  std::vector<int64_t> train_batches, test_batches;
-  for (const auto& c : clients_) {
-    const nlohmann::json& ack = client_acks[c];
+std::vector<std::string> SplitDriver::assign_clients(const std::vector<std::string>& names,
+                                                     const nlohmann::json& endpoints, Clock::time_point deadline) {
+  for (const auto& c : names) assign_client(c, endpoints);
+  auto acks = await_acks(std::set<std::string>(names.begin(), names.end()), "split_setup", deadline, nullptr);
+  std::vector<std::string> ready;
+  for (const auto& [c, ack] : acks) {
     read_ack(c, [&] {
-      train_batches.push_back(json_integer(ack, "batches_per_epoch", 0, 0, int64_t{1} << 40));
-      test_batches.push_back(json_integer(ack, "test_batches", 0, 0, int64_t{1} << 40));
-      test_samples_ += json_integer(ack, "test_samples", 0, 0, int64_t{1} << 50);
+      train_batches_[c] = json_integer(ack, "batches_per_epoch", 0, 0, int64_t{1} << 40);
+      test_batches_[c] = json_integer(ack, "test_batches", 0, 0, int64_t{1} << 40);
+      test_samples_by_[c] = json_integer(ack, "test_samples", 0, 0, int64_t{1} << 50);
     });
+    acked_.insert(c);
+    last_sent_[c] = last_received_[c] = 0;  // a (re)started client's link counts from 0
+    ready.push_back(c);
   }
-  train_order_ = round_robin(train_batches);
-  test_order_ = round_robin(test_batches);
+  return ready;
+}
+
+void SplitDriver::rejoin_returned(int e, Clock::time_point deadline) {
+  if (returned_.empty()) return;
+  phase_ = "epoch " + std::to_string(e + 1) + " rejoin";
+  PeerPool& pool = session_->pool();
+  std::vector<std::string> back;
+  std::vector<int32_t> indices;
+  for (auto& [name, r] : returned_) {
+    PoolPeer& p = pool.at(name);  // alive again, as it registered now
+    p.reg = r.reg;
+    p.details = r.details;
+    p.dead = false;
+    p.dead_reason.clear();
+    registered_samples_[name] = r.samples;
+    active_.insert(name);
+    back.push_back(name);
+    indices.push_back(index_of(name));
+  }
+  returned_.clear();
+  send(server_name_, command_message(SplitRoundCmd{SplitPhase::kRejoin, e, indices}, session_->next_request_id()));
+  auto ack = await_acks({server_name_}, "split_rejoin_done", deadline, nullptr);
+  const nlohmann::json endpoints = read_ack(server_name_, [&] { return json_object(ack[server_name_], "endpoints"); });
+  const std::vector<std::string> ready = assign_clients(back, endpoints, deadline);
+  // SplitFed: the blocks every other client holds now. Without it the client
+  // keeps the initial weights it built (the run's seed): see docs/split.md.
+  if (opts_.splitfed && !averaged_.empty()) send_averaged(e - 1, std::set<std::string>(ready.begin(), ready.end()), deadline);
+  for (const auto& c : ready)
+    if (active_.count(c)) rejoined_.push_back(c);
+  if (cfg_.progress && !rejoined_.empty())
+    std::fprintf(stderr, "cleave split: %s rejoined at epoch %d\n", rejoined_.dump().c_str(), e + 1);
 }
 
 nlohmann::json SplitDriver::run_epoch(int e) {
   const auto t_round = Clock::now();
   const auto deadline = t_round + std::chrono::milliseconds(static_cast<int64_t>(opts_.epoch_timeout_s * 1000));
+  epoch_ = e;
+  rejoin_returned(e, deadline);
   const EpochTraining train = train_epoch(e, t_round, deadline);
   const int64_t weights_bytes = opts_.splitfed ? average_client_blocks(e, deadline) : 0;
   const EpochEvaluation eval = evaluate_epoch(e, deadline);
@@ -435,24 +588,32 @@ nlohmann::json SplitDriver::run_epoch(int e) {
                           {"eval_bytes_down", eval.down},
                           {"weights_bytes", weights_bytes},
                           {"train_seconds", train.seconds},
+                          {"dropped", epoch_drops(train.served)},
+                          {"rejoined", rejoined_},
                           {"seconds", seconds_since(t_round)}};
+  if (opts_.splitfed) round["splitfed_samples"] = averaged_samples_;
+  drops_ = nlohmann::json::array();
+  rejoined_ = nlohmann::json::array();
   char summary[96];
   std::snprintf(summary, sizeof summary, "train loss %.4f, test acc %.4f", train_loss, test_accuracy_);
   bar_.end(summary);
   return round;
 }
 
-// Every client passes once over its shard; the server serves them in train_order_.
+// Every client passes once over its shard; the server serves them in turn.
 EpochTraining SplitDriver::train_epoch(int e, Clock::time_point t_round, Clock::time_point deadline) {
   phase_ = "epoch " + std::to_string(e + 1) + " training";
-  bar_.begin(e + 1, cfg_.epochs, static_cast<int64_t>(train_order_.size()));
-  send_round(SplitPhase::kTrain, e, train_order_);
+  const std::vector<int> order = serving_order(train_batches_);
+  bar_.begin(e + 1, cfg_.epochs, static_cast<int64_t>(order.size()));
+  send_round(SplitPhase::kTrain, e, order);
   EpochTraining out;
   const std::string metrics_from = layout_.labels_on_client ? "" : server_name_;
-  auto acks = await_acks(participants_, "split_round_done", deadline, [&](const Received& r) {
+  std::set<std::string> want = active_;
+  want.insert(server_name_);
+  auto acks = await_acks(want, "split_round_done", deadline, [&](const Received& r) {
     auto* mm = std::get_if<MetricsMsg>(&r.message.body);
     if (!mm || mm->sample_count <= 0) return;
-    if (!metrics_from.empty() ? r.peer != metrics_from : !client_set_.count(r.peer)) return;
+    if (!metrics_from.empty() ? r.peer != metrics_from : !active_.count(r.peer)) return;
     losses_.push_back(mm->loss_sum / static_cast<double>(mm->sample_count));
     out.loss_sum += mm->loss_sum;
     out.samples += mm->sample_count;
@@ -464,77 +625,113 @@ EpochTraining SplitDriver::train_epoch(int e, Clock::time_point t_round, Clock::
   train_seconds_ += out.seconds;
   trained_samples_ += out.samples;
   std::tie(out.cut_up, out.cut_down) = link_bytes(acks);
+  const nlohmann::json served = read_ack(server_name_, [&] { return json_object(acks[server_name_], "served"); });
+  for (auto it = served.begin(); it != served.end(); ++it)
+    if (client_set_.count(it.key()))
+      out.served[it.key()] = read_ack(server_name_, [&] { return json_integer(served, it.key(), 0, 0, int64_t{1} << 40); });
   return out;
 }
 
-// SplitFed: average the client-side blocks (FedAvg, weighted by samples).
+// SplitFed: average the blocks of the clients that finished the epoch (FedAvg, weighted by samples).
 int64_t SplitDriver::average_client_blocks(int e, Clock::time_point deadline) {
   phase_ = "epoch " + std::to_string(e + 1) + " averaging";
   const EndpointStats before = session_->server().stats();
-  std::map<int, std::vector<ClientUpdate>> blocks;
+  std::map<int, std::map<std::string, ClientUpdate>> blocks;  // by stage, then client
   const Message ck = command_message(CheckpointCmd{StateKind::kParams}, session_->next_request_id());
-  for (const auto& c : clients_) send(c, ck);
-  const size_t want_blocks = clients_.size() * (layout_.has_tail() ? 2 : 1);
-  size_t have = 0;
-  await([&] { return have == want_blocks; },
-        [&] { return std::to_string(want_blocks - have) + " client block(s)"; }, deadline,
+  for (const auto& c : std::set<std::string>(active_)) send(c, ck);  // a copy: a failed send drops the client
+  const size_t per_client = layout_.has_tail() ? 2 : 1;
+  std::map<std::string, size_t> have;
+  auto missing = [&] {
+    std::string out;
+    for (const auto& c : active_)
+      if (have[c] < per_client) out += (out.empty() ? "" : ", ") + c;
+    return out;
+  };
+  await([&] { return missing().empty(); }, [&] { return "the blocks of " + missing(); }, deadline,
         [&](const Received& r) {
           auto* w = std::get_if<WeightsMsg>(&r.message.body);
-          if (!w || !client_set_.count(r.peer)) return;
-          blocks[w->stage].push_back({r.peer, weights_values(r.message), w->sample_count});
-          ++have;
+          if (!w || !active_.count(r.peer)) return;
+          if (blocks[w->stage].emplace(r.peer, ClientUpdate{r.peer, weights_values(r.message), w->sample_count}).second)
+            ++have[r.peer];
         });
-  for (auto& [stage, list] : blocks) {
+  averaged_samples_ = nlohmann::json::object();
+  for (auto& [stage, by_client] : blocks) {
+    std::vector<ClientUpdate> list;
+    for (auto& [c, u] : by_client)
+      if (active_.count(c)) list.push_back(std::move(u));  // a client dropped meanwhile is left out
+    if (list.empty()) continue;
     const size_t size = list.front().params.size();
-    for (const auto& u : list)  // an epoch is one pass over the shard: no more samples than it registered
+    for (const auto& u : list) {  // an epoch is one pass over the shard: no more samples than it registered
       if (const auto why = refuse_update(u, UpdateBounds{size, registered_samples_.at(u.client), -1})) {
         session_->pool().count_refused(why->reason);
         fail("SplitFed: the block of " + u.client + " is unusable: " + why->message + " (" + why->reason + ")");
       }
+      averaged_samples_[u.client] = u.samples;
+    }
     AggregateResult agg = aggregate(FedStrategy::fedavg, list, size);
-    auto values = std::make_shared<std::vector<float>>(std::move(agg.params));
+    averaged_[stage] = std::make_shared<std::vector<float>>(std::move(agg.params));
+  }
+  send_averaged(e, active_, deadline);
+  const EndpointStats after = session_->server().stats();
+  return static_cast<int64_t>(after.bytes_sent - before.bytes_sent + after.bytes_received - before.bytes_received);
+}
+
+void SplitDriver::send_averaged(int e, std::set<std::string> names, Clock::time_point deadline) {
+  for (const auto& [stage, values] : averaged_) {
     WeightsMsg w;
     w.stage = stage;
     w.round = e;
     w.sample_count = 0;
     w.num_elements = static_cast<int64_t>(values->size());
-    for (const auto& c : clients_) send(c, make_weights_message(w, values->data(), values->size(), values));
+    for (const auto& c : names) send(c, make_weights_message(w, values->data(), values->size(), values));
   }
-  for (const auto& c : clients_)
+  for (const auto& c : names)
     send(c, command_message(SplitRoundCmd{SplitPhase::kAverage, e, {}}, session_->next_request_id()));
-  (void)await_acks(client_set_, "split_weights_done", deadline, nullptr);
-  const EndpointStats after = session_->server().stats();
-  return static_cast<int64_t>(after.bytes_sent - before.bytes_sent + after.bytes_received - before.bytes_received);
+  (void)await_acks(names, "split_weights_done", deadline, nullptr);
 }
 
-// Every client runs its shard of the test split through the split model.
+// Every client in the job runs its shard of the test split through the split model.
 EpochEvaluation SplitDriver::evaluate_epoch(int e, Clock::time_point deadline) {
   phase_ = "epoch " + std::to_string(e + 1) + " evaluation";
-  send_round(SplitPhase::kEval, e, test_order_);
-  EpochEvaluation out;
-  auto acks = await_acks(participants_, "split_eval_done", deadline, [&](const Received& r) {
+  send_round(SplitPhase::kEval, e, serving_order(test_batches_));
+  std::map<std::string, MetricsMsg> metrics;
+  std::set<std::string> want = active_;
+  want.insert(server_name_);
+  auto acks = await_acks(want, "split_eval_done", deadline, [&](const Received& r) {
     auto* mm = std::get_if<MetricsMsg>(&r.message.body);
-    if (!mm || !client_set_.count(r.peer)) return;
-    out.loss_sum += mm->loss_sum;
-    out.correct += mm->correct;
-    out.samples += mm->sample_count;
-    out.per_client[r.peer] = {
-        {"samples", mm->sample_count},
-        {"accuracy", mm->sample_count ? static_cast<double>(mm->correct) / static_cast<double>(mm->sample_count) : 0.0}};
+    if (mm && active_.count(r.peer)) metrics[r.peer] = *mm;
   });
+  EpochEvaluation out;
+  for (const auto& [c, mm] : metrics) {
+    if (!active_.count(c)) continue;  // dropped before it acknowledged: the clients still there decide
+    out.loss_sum += mm.loss_sum;
+    out.correct += mm.correct;
+    out.samples += mm.sample_count;
+    out.per_client[c] = {
+        {"samples", mm.sample_count},
+        {"accuracy", mm.sample_count ? static_cast<double>(mm.correct) / static_cast<double>(mm.sample_count) : 0.0}};
+  }
   std::tie(out.up, out.down) = link_bytes(acks);
   return out;
 }
 
+std::vector<int> SplitDriver::serving_order(const std::map<std::string, int64_t>& batches) const {
+  std::vector<int64_t> counts(clients_.size(), 0);
+  for (size_t i = 0; i < clients_.size(); ++i)
+    if (active_.count(clients_[i]) && batches.count(clients_[i])) counts[i] = batches.at(clients_[i]);
+  return round_robin(counts);
+}
+
 void SplitDriver::send_round(SplitPhase phase, int e, const std::vector<int>& order) {
   send(server_name_, command_message(SplitRoundCmd{phase, e, order}, session_->next_request_id()));
-  for (const auto& c : clients_) send(c, command_message(SplitRoundCmd{phase, e, {}}, session_->next_request_id()));
+  for (const auto& c : std::set<std::string>(active_))  // a copy: a failed send drops the client
+    send(c, command_message(SplitRoundCmd{phase, e, {}}, session_->next_request_id()));
 }
 
 std::pair<int64_t, int64_t> SplitDriver::link_bytes(const std::map<std::string, nlohmann::json>& acks) {
   int64_t up = 0, down = 0;
-  for (const auto& c : clients_) {
-    const auto& d = acks.at(c);
+  for (const auto& [c, d] : acks) {
+    if (!client_set_.count(c)) continue;
     const int64_t s = read_ack(c, [&] { return json_integer(d, "bytes_sent", 0); });
     const int64_t r = read_ack(c, [&] { return json_integer(d, "bytes_received", 0); });
     up += s - last_sent_[c];
@@ -543,6 +740,21 @@ std::pair<int64_t, int64_t> SplitDriver::link_bytes(const std::map<std::string, 
     last_received_[c] = r;
   }
   return {up, down};
+}
+
+nlohmann::json SplitDriver::epoch_drops(const std::map<std::string, int64_t>& served) const {
+  nlohmann::json out = nlohmann::json::array();
+  for (nlohmann::json d : drops_) {
+    const std::string c = d["client"];
+    const auto it = served.find(c);
+    const int64_t step = it == served.end() ? 0 : it->second;
+    const int64_t batches = train_batches_.count(c) ? train_batches_.at(c)
+                                                    : (registered_samples_.at(c) + cfg_.batch - 1) / cfg_.batch;
+    d["step"] = step;
+    d["missed_steps"] = std::max<int64_t>(0, batches - step);
+    out.push_back(std::move(d));
+  }
+  return out;
 }
 
 nlohmann::json SplitDriver::finish() {
@@ -577,7 +789,12 @@ nlohmann::json SplitDriver::result(const nlohmann::json& rounds, const nlohmann:
   out["rounds"] = rounds;
   out["test_accuracy"] = test_accuracy_;
   out["test_loss"] = test_loss_;
-  out["test_samples"] = test_samples_;
+  int64_t test_samples = 0;  // every client's test shard, whether or not it was there at the end
+  for (const auto& [c, n] : test_samples_by_) test_samples += n;
+  out["test_samples"] = test_samples;
+  // What a rejoining client starts from: SplitFed's averaged blocks, or (without
+  // it) the initial weights of the run's seed (client-side weights never leave a client).
+  out["rejoin_weights"] = opts_.splitfed ? "averaged" : "initial";
   out["samples_per_sec"] = train_seconds_ > 0 ? static_cast<double>(trained_samples_) / train_seconds_ : 0.0;
   out["wall_seconds"] = seconds_since(t_start);
   int64_t up = 0, down = 0;

@@ -12,7 +12,10 @@
 // weighted by samples) after every epoch. Each epoch ends with an
 // evaluation: every client runs its shard of the test split through the
 // split model and reports loss and accuracy; the coordinator never holds a
-// sample or a label. See docs/split.md.
+// sample or a label. A client that dies, disconnects or falls silent is
+// dropped from the running epoch (the server is told to stop serving it; the
+// others finish the epoch; SplitFed averages those that did) and rejoins at
+// the next epoch if its daemon registers again. See docs/split.md.
 #pragma once
 
 #include <functional>
@@ -43,7 +46,7 @@ struct SplitOptions {
   std::string listen = "tcp://*:7000";
   bool insecure = false;
   int register_timeout_ms = 120000;
-  int peer_timeout_ms = 10000;      // a daemon silent this long is declared dead (the run fails)
+  int peer_timeout_ms = 10000;      // a daemon silent this long is declared dead (a client: dropped; the server: the run fails)
   double epoch_timeout_s = 3600;    // an epoch (training + evaluation) taking longer fails the run
   bool shutdown_daemons = false;    // tell the daemons to exit at the end
   std::function<bool()> interrupted;
@@ -58,12 +61,15 @@ struct SplitOptions {
 // JSON: mode "split", labels, splitfed, layout, losses (one per training
 // batch in the server's order), rounds [{round, accuracy, loss, train_loss,
 // steps, cut_bytes_up, cut_bytes_down, eval_bytes_up, eval_bytes_down,
-// seconds}], test_accuracy, test_loss, samples_per_sec, wall_seconds,
+// dropped [{client, reason, phase, step, missed_steps}], rejoined [names],
+// splitfed_samples {client: samples} (SplitFed), seconds}], rejoin_weights,
+// test_accuracy, test_loss, samples_per_sec, wall_seconds,
 // activation_noise and activation_clip (with --activation-noise > 0),
 // devices, messages_from_clients (kinds each client sent the coordinator) and
 // cut_layer_messages (kinds and per-sample shapes each client sent the
 // server, as the server recorded them). Throws std::runtime_error with a
-// clear message when the run cannot go on (a daemon refuses, dies or fails).
+// clear message when the run cannot go on (a daemon refuses or fails, the
+// server is lost, or every client is gone).
 nlohmann::json train_split(const TrainConfig& config, const SplitOptions& options);
 
 }  // namespace cleave

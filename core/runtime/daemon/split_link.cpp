@@ -53,6 +53,7 @@ Tensor SplitLink::receive(TensorKind kind, int64_t seq) {
     if (auto t = early_.take(kind, seq)) return from_message(ctx_.device, *t);
     // Keep the coordinator's connection served even when tensors arrive back to back.
     ctx_.channel.drain();
+    if (on_wait_) on_wait_();
     auto r = link_->receive(Millis(20));
     if (r) {
       TensorMessage& t = r.value();
@@ -96,8 +97,18 @@ void SplitLink::send(TensorKind kind, int64_t seq, const Tensor& t) {
       throw std::runtime_error("cannot send to " + peer_ + ": " + s.failure().message);
     // The peer has not said hello yet: wait for it.
     ctx_.channel.poll(Millis(20));
+    ctx_.channel.drain();
+    if (on_wait_) on_wait_();
     check_split_job_alive(ctx_);
     check_deadline(t0, [&] { return std::string("the peer to take ") + kind_key(kind) + " #" + std::to_string(seq); });
+  }
+}
+
+void SplitLink::carry_record_from(const SplitLink& older) {
+  for (const auto& [kind, rec] : older.record_) {
+    KindRecord& mine = record_[kind];
+    mine.count += rec.count;
+    mine.sample_shapes.insert(rec.sample_shapes.begin(), rec.sample_shapes.end());
   }
 }
 

@@ -33,6 +33,12 @@ struct SplitJobAborted : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// The coordinator dropped the peer of a link from the running phase (a
+// client that died or fell silent): the server stops waiting for it.
+struct SplitPeerDropped : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
 // Throws SplitJobAborted when the job must end (see above).
 void check_split_job_alive(const SplitJobContext& ctx);
 
@@ -71,6 +77,12 @@ class SplitLink {
   // Sends `t` as (kind, seq); waits while the peer has not said hello yet.
   void send(transport::TensorKind kind, int64_t seq, const Tensor& t);
 
+  // Called on every turn of a wait (receive, send) after the coordinator's
+  // messages were taken in; it may throw (SplitPeerDropped) to end the wait.
+  void set_on_wait(std::function<void()> on_wait) { on_wait_ = std::move(on_wait); }
+  // Takes over what `older` recorded (a client's link bound again after a rejoin).
+  void carry_record_from(const SplitLink& older);
+
   const std::string& peer() const { return peer_; }
   transport::LinkStats stats() const { return link_->stats(); }
   // {"activation": {"count": n, "sample_shapes": [[32, 13, 13]]}, "labels": {...}, ...}
@@ -92,6 +104,7 @@ class SplitLink {
   TensorMailbox early_{64};  // a peer may run at most 64 tensors ahead
   std::map<std::string, KindRecord> record_;
   Clock::duration slowest_wait_{};
+  std::function<void()> on_wait_;
 };
 
 }  // namespace cleave
