@@ -485,22 +485,12 @@ nlohmann::json FedDriver::rejoin_returning(int r) {
 }
 
 bool FedDriver::rejoin(int r, const std::string& name, const RegisterMsg& reg) {
-  nlohmann::json details = nlohmann::json::object();
-  std::string details_error;
-  try {
-    details = parse_untrusted_object(reg.details_json, kPeerJsonLimits, "registration details");
-  } catch (const std::invalid_argument& e) {
-    details_error = e.what();
-  }
-  const std::optional<FedClientDetails> d = client_details(Registration{name, reg, details, details_error});
+  const Registration registration = parse_registration(name, reg);
+  const std::optional<FedClientDetails> d = client_details(registration);
   if (!d) return false;
   // The roster keeps its place (and audit); the daemon is a new process with a new registration.
-  PoolPeer& p = client(name);
-  const std::string was = p.dead_reason;
-  p.reg = reg;
-  p.details = details;
-  p.dead = false;
-  p.dead_reason.clear();
+  const std::string was = client(name).dead_reason;
+  session_->pool().revive(name, reg, registration.details);
   registered_samples_[name] = d->samples;
   if (const std::string why = assign_model({name}); !why.empty()) {
     session_->pool().mark_dead(name, "could not rejoin: " + why);

@@ -247,12 +247,10 @@ void Driver::offer_spare(const Received& r) {
                          " (it registered again)",
                      r.peer, "left its job");
   }
-  nlohmann::json details;
-  try {
-    details = parse_untrusted_object(reg.details_json, kPeerJsonLimits, "registration details");
-  } catch (const std::invalid_argument& e) {
-    return session_->refuse_registration("device", r.peer, e.what());
-  }
+  const Registration registration = parse_registration(r.peer, reg);
+  const nlohmann::json& details = registration.details;
+  if (!registration.details_error.empty())
+    return session_->refuse_registration("device", r.peer, registration.details_error);
   if (const std::string why = check_pipeline_details(details); !why.empty())
     return session_->refuse_registration("device", r.peer, why);
   if (pool.has(r.peer) && !pool.at(r.peer).dead) {

@@ -85,15 +85,18 @@ void Session::register_until(int timeout_ms, const std::function<bool()>& done,
     if (!got) continue;
     const auto* r = std::get_if<RegisterMsg>(&got->message.body);
     if (!r || pool_->has(got->peer)) continue;
-    nlohmann::json details = nlohmann::json::object();
-    std::string details_error;
-    try {
-      details = parse_untrusted_object(r->details_json, kPeerJsonLimits, "registration details");
-    } catch (const std::invalid_argument& e) {
-      details_error = e.what();
-    }
-    offer(Registration{got->peer, *r, std::move(details), std::move(details_error)});
+    offer(parse_registration(got->peer, *r));
   }
+}
+
+Registration parse_registration(const std::string& peer, const RegisterMsg& reg) {
+  Registration out{peer, reg, nlohmann::json::object(), ""};
+  try {
+    out.details = parse_untrusted_object(reg.details_json, kPeerJsonLimits, "registration details");
+  } catch (const std::invalid_argument& e) {
+    out.details_error = e.what();
+  }
+  return out;
 }
 
 void Session::refuse_registration(const std::string& role, const std::string& peer, const std::string& why) {

@@ -90,6 +90,10 @@ struct Registration {
   std::string details_error;
 };
 
+// `reg` of `peer` with its details_json parsed within kPeerJsonLimits
+// (details_error says why they were refused). `reg` must outlive the result.
+Registration parse_registration(const std::string& peer, const transport::RegisterMsg& reg);
+
 class Session {
  public:
   // Listens; with a coordinator monitor installed (session_monitor.h,

@@ -317,18 +317,12 @@ void SplitDriver::on_register(const Received& r) {
     const PoolPeer& p = session_->pool().at(r.peer);  // dead already when its old connection's end came first
     drop_client(r.peer, p.dead ? p.dead_reason : "left the job (it registered again)", /*tell_it=*/false);
   }
-  nlohmann::json details = nlohmann::json::object();
-  std::string details_error;
-  try {
-    details = parse_untrusted_object(reg.details_json, kPeerJsonLimits, "registration details");
-  } catch (const std::invalid_argument& e) {
-    details_error = e.what();
-  }
-  const std::optional<FedClientDetails> d = daemon_details(Registration{r.peer, reg, details, details_error});
+  Registration registration = parse_registration(r.peer, reg);
+  const std::optional<FedClientDetails> d = daemon_details(registration);
   if (!d || !d->fed_client || !d->split_jobs) return;
   if (!returned_.count(r.peer) && cfg_.progress)
     std::fprintf(stderr, "cleave split: client %s registered again: it rejoins at the next epoch\n", r.peer.c_str());
-  returned_[r.peer] = ReturnedClient{reg, std::move(details), d->samples};
+  returned_[r.peer] = ReturnedClient{reg, std::move(registration.details), d->samples};
 }
 
 nlohmann::json SplitDriver::ack_detail(const Received& r, const AckMsg& a) {
@@ -540,11 +534,7 @@ void SplitDriver::rejoin_returned(int e, Clock::time_point deadline) {
   std::vector<std::string> back;
   std::vector<int32_t> indices;
   for (auto& [name, r] : returned_) {
-    PoolPeer& p = pool.at(name);  // alive again, as it registered now
-    p.reg = r.reg;
-    p.details = r.details;
-    p.dead = false;
-    p.dead_reason.clear();
+    pool.revive(name, r.reg, r.details);  // alive again, as it registered now
     registered_samples_[name] = r.samples;
     active_.insert(name);
     back.push_back(name);
