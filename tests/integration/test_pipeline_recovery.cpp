@@ -75,6 +75,12 @@ const std::vector<float>& reference_weights() {
     const int code = wait_exit(c, 180);
     INFO(read_text(cluster.dir() + "/reference.log") << cluster.log(1));
     REQUIRE(code == 0);
+    // Without checkpoint flags: one checkpoint per epoch (not after the last), beside --save.
+    const auto out = nlohmann::json::parse(read_text(cluster.dir() + "/reference.json"));
+    CHECK(out["checkpoints"]["every_steps"] == 0);
+    CHECK(out["checkpoints"]["written"] == 1);
+    CHECK(out["checkpoints"]["dir"] == cluster.dir() + "/reference.ckpt.checkpoints");
+    CHECK(out["recoveries"].empty());
     return cleave::load_training_state(cluster.dir() + "/reference.ckpt").params;
   }();
   return weights;
