@@ -42,7 +42,7 @@ TEST_CASE("a checkpoint directory keeps the newest two and lists them newest fir
   CHECK(fs::path(dir.path_for(15)).filename() == "step-000000000015.ckpt");
 }
 
-TEST_CASE("the newest checkpoint that loads is used; the ones that do not are reported", "[train][checkpoint]") {
+TEST_CASE("the newest checkpoint that loads is used, and the ones that do not are reported", "[train][checkpoint]") {
   test::TempDir tmp;
   CheckpointDir dir(tmp.file("ckpts"), 3);
   for (int64_t step : {10, 20, 30}) dir.save(step, [&](const std::string& p) { write(p, std::to_string(step)); });
