@@ -13,9 +13,10 @@
 # cleave-cuda's Depends would not name them). Libraries go to /usr/lib, not the
 # multiarch directory: `cleave` finds the backend modules in ../lib/cleave.
 #
-# arm64 is a cross build (aarch64-linux-gnu): it needs Debian's cross compiler
-# and the arm64 -dev packages of the dependencies; without them it says what to
-# install and exits 1. JOBS=N limits the build's parallel jobs.
+# arm64 is a cross build (aarch64-linux-gnu, cmake/toolchains/): it needs
+# Debian's cross compiler and the arm64 -dev packages of the dependencies,
+# which scripts/cross-build.sh installs as root (or names, exiting 1).
+# JOBS=N limits the build's parallel jobs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -39,24 +40,10 @@ done
 cross=()
 if [[ $arch != "$host" ]]; then
   [[ $arch == arm64 ]] || { echo "package.sh: cross builds are for arm64 only" >&2; exit 2; }
-  triple=aarch64-linux-gnu
-  missing=()
-  command -v $triple-g++ >/dev/null || missing+=(crossbuild-essential-arm64)
-  for p in libzmq3-dev libsodium-dev libopenblas-dev zlib1g-dev libflatbuffers-dev; do
-    dpkg-query -W -f='${Status}' "$p:arm64" 2>/dev/null | grep -q "install ok installed" || missing+=("$p:arm64")
-  done
-  if ((${#missing[@]})); then
-    echo "package.sh: an arm64 package needs a cross build, and this machine lacks: ${missing[*]}" >&2
-    dpkg --print-foreign-architectures | grep -qx arm64 ||
-      echo "package.sh: first: dpkg --add-architecture arm64 && apt-get update" >&2
-    echo "package.sh: then: apt-get install ${missing[*]}" >&2
-    echo "package.sh: (for the cleave-opencl package also ocl-icd-opencl-dev:arm64 libclblast-dev:arm64)" >&2
-    exit 1
-  fi
-  cross=(-DCMAKE_SYSTEM_NAME=Linux -DCMAKE_SYSTEM_PROCESSOR=aarch64
-         "-DCMAKE_C_COMPILER=$triple-gcc" "-DCMAKE_CXX_COMPILER=$triple-g++"
-         "-DCMAKE_LIBRARY_ARCHITECTURE=$triple" -DCLEAVE_CUDA=OFF)
-  export PKG_CONFIG_LIBDIR=/usr/lib/$triple/pkgconfig:/usr/share/pkgconfig
+  # The cross compiler and the arm64 -dev packages: scripts/cross-build.sh
+  # installs them as root, or names them and exits 1.
+  bash scripts/cross-build.sh aarch64 --deps-only
+  cross=("-DCMAKE_TOOLCHAIN_FILE=$PWD/cmake/toolchains/aarch64-linux-gnu.cmake" -DCLEAVE_CUDA=OFF)
   # dpkg-shlibdeps (run by CPack) reads the arm64 binaries with the host's view of arm64.
   export DEB_HOST_ARCH=arm64
 fi
