@@ -169,6 +169,7 @@ int run_daemon(const DaemonOptions& opts_in, const std::atomic<bool>& stop) {
                             {"backend", backend_name(device->backend())},
                             {"bandwidth_limit_bytes_per_sec", opts.bandwidth_limit},
                             {"host", host_identity()},
+                            {"arch", host_architecture()},
                             {"cpu_cores", host_cores},
                             {"cpu_threads", device->backend() == Backend::cpu
                                                 ? (opts.threads > 0 ? std::min(opts.threads, host_cores) : host_cores)

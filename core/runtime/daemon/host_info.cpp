@@ -2,6 +2,7 @@
 #include "core/runtime/daemon/host_info.h"
 
 #include <sched.h>
+#include <sys/utsname.h>
 #include <unistd.h>
 
 #include <fstream>
@@ -20,6 +21,11 @@ std::string host_identity() {
     id.append(machine, 0, 12);
   }
   return id.empty() ? "unknown-host" : id;
+}
+
+std::string host_architecture() {
+  utsname u{};
+  return uname(&u) == 0 && u.machine[0] != '\0' ? std::string(u.machine) : "unknown";
 }
 
 int usable_cores() {
