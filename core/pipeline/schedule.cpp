@@ -109,8 +109,9 @@ bool in_flight_by_suffix(ScheduleKind kind) { return kind != ScheduleKind::zb1; 
 
 double bubble_fraction(ScheduleKind kind, int stages, int microbatches) {
   const double p = stages, m = microbatches;
-  // Units of work per stage and batch: F + B + W = 3 per micro-batch; the
-  // first stage waits p - 1 units for its first gradient (1F1B: 3 (p - 1)).
+  // With unit F, B and W each stage works 3M units; the last one ends at
+  // 3M + p - 1 under ZB-H1, at 3M + 3 (p - 1) under 1F1B and GPipe (whose
+  // whole backward, 2 units, the previous stage waits for).
   if (kind == ScheduleKind::zb1) return (p - 1) / (3 * m + p - 1);
   return (p - 1) / (m + p - 1);
 }
