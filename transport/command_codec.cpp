@@ -138,7 +138,8 @@ struct CommandValidator {
 struct JobValidator {
   const DecodeLimits& limits;
   std::string operator()(const PipelineJob& j) const {
-    if (j.schedule > 1) return "assign: unknown schedule " + std::to_string(j.schedule);
+    if (j.schedule > static_cast<uint8_t>(fb::Schedule::MAX))
+      return "assign: unknown schedule " + std::to_string(j.schedule);
     if (j.microbatches < 1) return "assign: microbatches must be >= 1";
     if (j.batch < 1) return "assign: batch must be >= 1";
     return {};

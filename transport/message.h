@@ -117,7 +117,7 @@ struct OptimizerSpec {
 
 // Job kinds an assignment carries.
 struct PipelineJob {
-  uint8_t schedule = 0;  // the pipeline's schedule kind: 0 gpipe, 1 1f1b (core/pipeline/schedule.h)
+  uint8_t schedule = 0;  // the pipeline's schedule kind: 0 gpipe, 1 1f1b, 2 zb1 (core/pipeline/schedule.h)
   int32_t microbatches = 1;
   uint64_t seed = 1;
   int64_t batch = 64;

@@ -105,7 +105,8 @@ void add_demo_command(CLI::App& root) {
   cmd->add_option("--text", o->text, "With --model gpt: the text to train on (default: the fortunes)");
   cmd->add_option("--max-steps", o->max_steps, "Stop after this many steps (--model gpt: 200)")
       ->check(flag_checks::positive());
-  cmd->add_option("--schedule", o->schedule, "gpipe | 1f1b")->capture_default_str()->check(CLI::IsMember({"gpipe", "1f1b"}));
+  cmd->add_option("--schedule", o->schedule, "gpipe | 1f1b | zb1")->capture_default_str()
+      ->check(CLI::IsMember({"gpipe", "1f1b", "zb1"}));
   cmd->add_option("--planner", o->planner, "balance (one stage per daemon) | auto (profile and plan)")
       ->capture_default_str()->check(CLI::IsMember({"auto", "balance"}));
   cmd->add_option("--microbatches", o->microbatches, "Micro-batches per batch")->capture_default_str()

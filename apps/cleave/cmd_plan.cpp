@@ -28,7 +28,8 @@ void add_plan_command(CLI::App& root) {
   cmd->add_option("--model", f->model, "Model JSON file")->required();
   cmd->add_option("--devices", f->devices, "Devices file: {\"devices\": [...], \"links\": [...], \"default_link\": {...}}")
       ->required();
-  cmd->add_option("--schedule", f->schedule, "gpipe | 1f1b")->capture_default_str()->check(CLI::IsMember({"gpipe", "1f1b"}));
+  cmd->add_option("--schedule", f->schedule, "gpipe | 1f1b | zb1")->capture_default_str()
+      ->check(CLI::IsMember({"gpipe", "1f1b", "zb1"}));
   cmd->add_option("--microbatches", f->microbatches, "Micro-batches per batch")->capture_default_str()->check(
       flag_checks::positive());
   cmd->add_option("--batch", f->batch, "Samples per optimizer step")->capture_default_str()->check(flag_checks::positive());

@@ -126,19 +126,24 @@ Tensor Partition::forward(const Tensor& x, int microbatch, bool training, uint64
   return out;
 }
 
-Tensor Partition::backward(const Tensor& dy, int microbatch, bool need_dx) {
+Partition::Stash Partition::take_stash(const Tensor& dy, int microbatch, const char* pass) {
   auto it = stash_.find(microbatch);
   if (it == stash_.end())
-    throw std::logic_error("partition " + range_str(begin_, end_) + ": backward for micro-batch " +
+    throw std::logic_error("partition " + range_str(begin_, end_) + ": " + pass + " for micro-batch " +
                            std::to_string(microbatch) + " without a pending training forward");
   const int64_t batch = it->second.acts.front().dim(0);
-  const std::string where = "partition " + range_str(begin_, end_) + " backward output gradient";
+  const std::string where = "partition " + range_str(begin_, end_) + " " + pass + " output gradient";
   nn_detail::check_batch_shape(where.c_str(), dy, output_shape());
   if (dy.dim(0) != batch)
     throw std::invalid_argument(where + ": batch " + std::to_string(dy.dim(0)) + " differs from the forward batch " +
                                 std::to_string(batch));
   Stash s = std::move(it->second);
-  stash_.erase(it);  // freed whatever happens below
+  stash_.erase(it);  // freed whatever happens next
+  return s;
+}
+
+Tensor Partition::backward(const Tensor& dy, int microbatch, bool need_dx) {
+  Stash s = take_stash(dy, microbatch, "backward");
   Tensor grad = dy;
   // Without need_dx, layers before the first one with parameters need no backward at all.
   size_t stop = 0;
@@ -156,12 +161,62 @@ Tensor Partition::backward(const Tensor& dy, int microbatch, bool need_dx) {
   return need_dx ? grad : Tensor();
 }
 
+Tensor Partition::backward_input(const Tensor& dy, int microbatch, bool need_dx) {
+  if (weight_stash_.count(microbatch))
+    throw std::logic_error("partition " + range_str(begin_, end_) + ": micro-batch " + std::to_string(microbatch) +
+                           " was forwarded again before its backward_weight");
+  Stash s = take_stash(dy, microbatch, "backward_input");
+  WeightStash w;
+  Tensor grad = dy;
+  // As backward: without need_dx, layers below the first with parameters need no pass.
+  size_t stop = 0;
+  if (!need_dx)
+    while (stop < layers_.size() && layers_[stop]->param_count() == 0 && layers_[stop]->tie().layer < 0) ++stop;
+  for (size_t l = layers_.size(); l-- > stop;) {
+    const bool want_dx = l > stop || need_dx;
+    Tensor dx;
+    if (want_dx) dx = Tensor(*device_, s.acts[l].shape());
+    layers_[l]->backward_input(s.acts[l], s.acts[l + 1], grad, want_dx ? &dx : nullptr, s.contexts[l]);
+    s.acts[l + 1] = Tensor();
+    if (layers_[l]->splits_backward()) {
+      w.layers.push_back(l);
+      w.xs.push_back(s.acts[l]);
+      w.dys.push_back(grad);
+      w.contexts.push_back(std::move(s.contexts[l]));
+    }
+    s.contexts[l].saved.clear();
+    grad = std::move(dx);
+  }
+  weight_stash_.emplace(microbatch, std::move(w));
+  return need_dx ? grad : Tensor();
+}
+
+void Partition::backward_weight(int microbatch) {
+  auto it = weight_stash_.find(microbatch);
+  if (it == weight_stash_.end())
+    throw std::logic_error("partition " + range_str(begin_, end_) + ": backward_weight for micro-batch " +
+                           std::to_string(microbatch) + " without a pending backward_input");
+  WeightStash w = std::move(it->second);
+  weight_stash_.erase(it);  // freed whatever happens below
+  for (size_t i = 0; i < w.layers.size(); ++i) {
+    layers_[w.layers[i]]->backward_weight(w.xs[i], w.dys[i], w.contexts[i]);
+    w.xs[i] = w.dys[i] = Tensor();
+    w.contexts[i].saved.clear();
+  }
+}
+
 size_t Partition::stash_bytes() const {
   size_t bytes = 0;
   for (const auto& [mb, s] : stash_) {
     for (const auto& t : s.acts) bytes += t.bytes();
     for (const auto& c : s.contexts)
       for (const auto& t : c.saved) bytes += t.bytes();
+  }
+  for (const auto& [mb, w] : weight_stash_) {
+    for (size_t i = 0; i < w.layers.size(); ++i) {
+      bytes += w.xs[i].bytes() + w.dys[i].bytes();
+      for (const auto& t : w.contexts[i].saved) bytes += t.bytes();
+    }
   }
   return bytes;
 }

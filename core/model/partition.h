@@ -4,8 +4,9 @@
 // Tensor); every layer's weights are views into them, so the partition's
 // weights are one buffer to checkpoint, send or average. It keeps the
 // activations of each micro-batch in flight until that micro-batch's backward
-// pass: forward(x, mb) then, later, backward(dy, mb), for any interleaving of
-// micro-batches (GPipe, 1F1B). Local training is the partition [0, n).
+// pass: forward(x, mb) then, later, backward(dy, mb) — or backward_input(dy, mb)
+// then backward_weight(mb) (zb1) — for any interleaving of micro-batches
+// (GPipe, 1F1B, ZB-H1). Local training is the partition [0, n).
 #pragma once
 
 #include <cstdint>
@@ -51,8 +52,21 @@ class Partition {
   // need_dx, else an undefined Tensor. Frees the micro-batch's activations.
   // Throws std::logic_error when mb has no pending forward.
   Tensor backward(const Tensor& dy, int microbatch, bool need_dx);
-  // Micro-batches whose activations are held, and the bytes they take.
-  size_t in_flight() const { return stash_.size(); }
+  // backward in the two halves of the zb1 schedule (core/pipeline/schedule.h).
+  // backward_input is backward for the input gradient: it returns dx the same
+  // way and runs the whole backward of layers that do not split
+  // (Layer::splits_backward), but keeps, for each layer that does, its input,
+  // its output gradient and what its backward_input left in its context, and
+  // frees the rest. backward_weight(mb) then accumulates those layers'
+  // parameter gradients, last layer first as backward does, and frees the
+  // micro-batch. Together they accumulate exactly what backward does. Both
+  // throw std::logic_error out of order (no pending forward; no pending W; a
+  // micro-batch forwarded again before its W).
+  Tensor backward_input(const Tensor& dy, int microbatch, bool need_dx);
+  void backward_weight(int microbatch);
+  // Micro-batches whose activations are held (until backward, or until
+  // backward_weight), and the bytes they take.
+  size_t in_flight() const { return stash_.size() + weight_stash_.size(); }
   size_t stash_bytes() const;
 
  private:
@@ -68,6 +82,15 @@ class Partition {
   std::vector<int64_t> offsets_;
   Tensor params_, grads_;
   std::map<int, Stash> stash_;
+  // What a micro-batch keeps between backward_input and backward_weight: per
+  // layer that splits, last first, its local index, input, output gradient and context.
+  struct WeightStash {
+    std::vector<size_t> layers;
+    std::vector<Tensor> xs, dys;
+    std::vector<LayerContext> contexts;
+  };
+  Stash take_stash(const Tensor& dy, int microbatch, const char* pass);
+  std::map<int, WeightStash> weight_stash_;
 };
 
 }  // namespace cleave

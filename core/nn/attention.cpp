@@ -10,6 +10,8 @@
 // Saved for backward: qkv, att and out, 4 T C + H T^2 floats per sample.
 // Temporaries: the scores in forward (H T^2); in backward dout (T C), dqkv
 // (3 T C), datt and dscores (2 H T^2), plus the bias gradients' partials.
+// Split for zb1: B keeps out and dqkv (4 T C, less than the 4 T C + H T^2 it
+// frees) for W, which computes the projections' gradients from them.
 #include <cmath>
 #include <stdexcept>
 
@@ -91,16 +93,21 @@ class CausalSelfAttention final : public Layer {
     ctx.saved = {qkv, att, out};
   }
 
-  void backward(const Tensor& x, const Tensor&, const Tensor& dy, const Tensor* dx, LayerContext& ctx) override {
+  void backward(const Tensor& x, const Tensor& y, const Tensor& dy, const Tensor* dx, LayerContext& ctx) override {
+    backward_input(x, y, dy, dx, ctx);
+    backward_weight(x, dy, ctx);
+  }
+  bool splits_backward() const override { return true; }
+  // B: dqkv through the heads and dx from it; leaves ctx.saved = {out, dqkv}
+  // (qkv and att are freed), what W needs.
+  void backward_input(const Tensor& x, const Tensor&, const Tensor& dy, const Tensor* dx, LayerContext& ctx) override {
     check_batch_shape("causal_self_attention input", x, in_);
     check_batch_shape("causal_self_attention output gradient", dy, in_);
     if (ctx.saved.size() != 3 || ctx.saved[0].dim(0) != x.dim(0))
       throw std::logic_error("causal_self_attention backward without a matching forward context");
     Device& d = x.device();
-    const Tensor &qkv = ctx.saved[0], &att = ctx.saved[1], &out = ctx.saved[2];
+    const Tensor qkv = ctx.saved[0], att = ctx.saved[1], out = ctx.saved[2];
     const int64_t n = x.dim(0), rows = n * t_, hs = c_ / heads_;
-    d.gemm(true, false, c_, c_, rows, 1.0f, dy, c_, out, c_, 1.0f, dw_proj_, c_);
-    d.bias_grad_rows(dy, db_proj_, rows, c_);
     Tensor dout(d, {n, t_, c_}), dqkv(d, {n, t_, 3 * c_});
     d.gemm(false, false, rows, c_, c_, 1.0f, dy, c_, w_proj_, c_, 0.0f, dout, c_);
     {
@@ -122,9 +129,23 @@ class CausalSelfAttention final : public Layer {
                mat(dqkv, q + c_, t_, hs, 3 * c_), 3 * c_);
       });
     }
+    if (dx) d.gemm(false, false, rows, c_, 3 * c_, 1.0f, dqkv, 3 * c_, w_attn_, c_, 0.0f, *dx, c_);
+    ctx.saved = {out, dqkv};
+  }
+  // W: both projections' weight and bias gradients, from {out, dqkv}.
+  void backward_weight(const Tensor& x, const Tensor& dy, LayerContext& ctx) override {
+    check_batch_shape("causal_self_attention input", x, in_);
+    check_batch_shape("causal_self_attention output gradient", dy, in_);
+    if (ctx.saved.size() != 2 || ctx.saved[0].dim(0) != x.dim(0))
+      throw std::logic_error("causal_self_attention weight gradient without its input gradient's context");
+    Device& d = x.device();
+    const Tensor &out = ctx.saved[0], &dqkv = ctx.saved[1];
+    const int64_t rows = x.dim(0) * t_;
+    d.gemm(true, false, c_, c_, rows, 1.0f, dy, c_, out, c_, 1.0f, dw_proj_, c_);
+    d.bias_grad_rows(dy, db_proj_, rows, c_);
     d.gemm(true, false, 3 * c_, c_, rows, 1.0f, dqkv, 3 * c_, x, c_, 1.0f, dw_attn_, c_);
     d.bias_grad_rows(dqkv, db_attn_, rows, 3 * c_);
-    if (dx) d.gemm(false, false, rows, c_, 3 * c_, 1.0f, dqkv, 3 * c_, w_attn_, c_, 0.0f, *dx, c_);
+    ctx.saved.clear();
   }
 
  private:

@@ -5,7 +5,8 @@
 // positions, dim) row (b, t) = weight[x[b, t]]. The ids are not differentiable:
 // a requested dx is zero. position_embedding: x, y (batch, positions, dim),
 // y = x + weight (positions, dim) for every sample; dx = dy. Neither saves
-// anything for backward beyond x.
+// anything for backward beyond x. Both split their backward (Layer::splits_backward):
+// B is dx (zero; dy), W the table's gradient.
 #include <stdexcept>
 
 #include "core/nn/gpt_init.h"
@@ -42,14 +43,26 @@ class Embedding final : public Layer {
     check_batch_shape("embedding output", y, output_shape(in_));
     x.device().embedding_forward(x, w_, y, x.numel(), vocab_, dim_);
   }
-  void backward(const Tensor& x, const Tensor&, const Tensor& dy, const Tensor* dx, LayerContext&) override {
-    check_batch_shape("embedding input", x, in_);
-    check_batch_shape("embedding output gradient", dy, output_shape(in_));
-    x.device().embedding_backward(x, dy, dw_, x.numel(), vocab_, dim_);
+  void backward(const Tensor& x, const Tensor& y, const Tensor& dy, const Tensor* dx, LayerContext& ctx) override {
+    backward_input(x, y, dy, dx, ctx);
+    backward_weight(x, dy, ctx);
+  }
+  bool splits_backward() const override { return true; }
+  void backward_input(const Tensor& x, const Tensor&, const Tensor& dy, const Tensor* dx, LayerContext&) override {
+    check_shapes(x, dy);
     if (dx) x.device().fill(*dx, 0.0f);
+  }
+  void backward_weight(const Tensor& x, const Tensor& dy, LayerContext&) override {
+    check_shapes(x, dy);
+    x.device().embedding_backward(x, dy, dw_, x.numel(), vocab_, dim_);
   }
 
  private:
+  void check_shapes(const Tensor& x, const Tensor& dy) const {
+    check_batch_shape("embedding input", x, in_);
+    check_batch_shape("embedding output gradient", dy, output_shape(in_));
+  }
+
   Shape in_;
   int64_t vocab_, dim_;
   Tensor w_, dw_;  // (vocab, dim)
@@ -87,11 +100,18 @@ class PositionEmbedding final : public Layer {
     d.copy(x, y);
     d.add_bias_rows(y, w_, x.dim(0), numel(in_));
   }
-  void backward(const Tensor& x, const Tensor&, const Tensor& dy, const Tensor* dx, LayerContext&) override {
+  void backward(const Tensor& x, const Tensor& y, const Tensor& dy, const Tensor* dx, LayerContext& ctx) override {
+    backward_input(x, y, dy, dx, ctx);
+    backward_weight(x, dy, ctx);
+  }
+  bool splits_backward() const override { return true; }
+  void backward_input(const Tensor& x, const Tensor&, const Tensor& dy, const Tensor* dx, LayerContext&) override {
     check_batch_shape("position_embedding output gradient", dy, in_);
-    Device& d = x.device();
-    d.bias_grad_rows(dy, dw_, dy.dim(0), numel(in_));
-    if (dx) d.copy(dy, *dx);
+    if (dx) x.device().copy(dy, *dx);
+  }
+  void backward_weight(const Tensor& x, const Tensor& dy, LayerContext&) override {
+    check_batch_shape("position_embedding output gradient", dy, in_);
+    x.device().bias_grad_rows(dy, dw_, dy.dim(0), numel(in_));
   }
 
  private:

@@ -97,6 +97,22 @@ class Layer {
   // is non-null, writes the input gradient into *dx (overwriting it).
   virtual void backward(const Tensor& x, const Tensor& y, const Tensor& dy, const Tensor* dx,
                         LayerContext& ctx) = 0;
+
+  // backward split in two for the zb1 schedule (core/pipeline/schedule.h): B,
+  // the input gradient the previous stage waits for, and W, the parameter
+  // gradients nobody waits for. A layer that splits says so in
+  // splits_backward(); its backward_input writes *dx (when non-null) and leaves
+  // in ctx.saved what backward_weight needs (never more than forward saved),
+  // and backward_weight(x, dy, ctx), called once later with the same x and dy,
+  // accumulates the parameter gradients. B then W accumulates exactly what
+  // backward does (the same ops on the same values). The defaults suit a layer
+  // that does not split: B is the whole backward, and nothing calls its W.
+  virtual bool splits_backward() const { return false; }
+  virtual void backward_input(const Tensor& x, const Tensor& y, const Tensor& dy, const Tensor* dx,
+                              LayerContext& ctx) {
+    backward(x, y, dy, dx, ctx);
+  }
+  virtual void backward_weight(const Tensor& x, const Tensor& dy, LayerContext& ctx) {}
 };
 
 // Builds a layer from its JSON object, e.g. {"type": "conv2d", "out_channels": 32,

@@ -96,27 +96,38 @@ class Linear final : public Layer {
     if (bias_) d.add_bias_rows(y, b_, n, out_features_);
   }
 
-  void backward(const Tensor& x, const Tensor&, const Tensor& dy, const Tensor* dx, LayerContext&) override {
-    check_bound();
-    check_batch_shape("linear input", x, in_);
-    const int64_t n = x.dim(0) * positions_;
-    check_batch_shape("linear output gradient", dy, output_shape(in_));
+  void backward(const Tensor& x, const Tensor& y, const Tensor& dy, const Tensor* dx, LayerContext& ctx) override {
+    backward_input(x, y, dy, dx, ctx);
+    backward_weight(x, dy, ctx);
+  }
+  bool splits_backward() const override { return true; }
+  void backward_input(const Tensor& x, const Tensor&, const Tensor& dy, const Tensor* dx, LayerContext&) override {
+    const int64_t n = checked_rows(x, dy);
+    if (!dx) return;
+    check_batch_shape("linear input gradient", *dx, in_);
+    // dx (n, in) = dy (n, out) * W (out, in)
+    x.device().gemm(false, false, n, in_features_, out_features_, 1.0f, dy, out_features_, w_, in_features_, 0.0f,
+                    *dx, in_features_);
+  }
+  void backward_weight(const Tensor& x, const Tensor& dy, LayerContext&) override {
+    const int64_t n = checked_rows(x, dy);
     Device& d = x.device();
     // dW (out, in) += dy^T (out, n) * x (n, in)
     d.gemm(true, false, out_features_, in_features_, n, 1.0f, dy, out_features_, x, in_features_, 1.0f, dw_,
            in_features_);
     if (bias_) d.bias_grad_rows(dy, db_, n, out_features_);
-    if (dx) {
-      check_batch_shape("linear input gradient", *dx, in_);
-      // dx (n, in) = dy (n, out) * W (out, in)
-      d.gemm(false, false, n, in_features_, out_features_, 1.0f, dy, out_features_, w_, in_features_, 0.0f, *dx,
-             in_features_);
-    }
   }
 
  private:
   bool tied() const { return tied_to_ >= 0; }
   int64_t own_weight_count() const { return tied() ? 0 : out_features_ * in_features_; }
+  // Rows of the matrices behind x and dy, after checking both against the layer.
+  int64_t checked_rows(const Tensor& x, const Tensor& dy) const {
+    check_bound();
+    check_batch_shape("linear input", x, in_);
+    check_batch_shape("linear output gradient", dy, output_shape(in_));
+    return x.dim(0) * positions_;
+  }
   void check_bound() const {
     if (!w_.defined())
       throw std::logic_error("linear: weight tied to layer " + std::to_string(tied_to_) +

@@ -8,6 +8,10 @@
 // (ln_1.*, attn.c_attn.*, attn.c_proj.*, ln_2.*, mlp.c_fc.*, mlp.c_proj.*).
 // Saved for backward: ln_1(x), r, ln_2(r) (T C each), c_fc's output and its
 // gelu (4 T C each), the attention's context and both norms' statistics.
+// Split for zb1: B runs every part's input gradient (and the norms' whole
+// backward: their device op gives dx, dgamma and dbeta at once) and keeps for W
+// gelu's output, ln_2(r), their gradients and the attention's W context, less
+// than the forward's context it frees; W runs the four projections' gradients.
 #include <algorithm>
 #include <stdexcept>
 
@@ -102,7 +106,15 @@ class TransformerBlock final : public Layer {
     }
   }
 
-  void backward(const Tensor& x, const Tensor&, const Tensor& dy, const Tensor* dx, LayerContext& ctx) override {
+  void backward(const Tensor& x, const Tensor& y, const Tensor& dy, const Tensor* dx, LayerContext& ctx) override {
+    backward_input(x, y, dy, dx, ctx);
+    backward_weight(x, dy, ctx);
+  }
+  bool splits_backward() const override { return true; }
+  // B: the input gradient through every part, the norms' gradients with it (one
+  // device op gives both); leaves ctx.saved = {g, h2, df, h1, dr, the
+  // attention's W context...}, what W needs for the four projections.
+  void backward_input(const Tensor& x, const Tensor&, const Tensor& dy, const Tensor* dx, LayerContext& ctx) override {
     check_batch_shape("transformer_block input", x, in_);
     check_batch_shape("transformer_block output gradient", dy, in_);
     if (ctx.saved.size() < 8 || ctx.saved[0].dim(0) != x.dim(0))
@@ -117,15 +129,31 @@ class TransformerBlock final : public Layer {
     Tensor df(d, f.shape()), dh(d, x.shape()), dr(d, x.shape());
     {
       Tensor dg(d, g.shape());
-      proj_->backward(g, Tensor(), dy, &dg, none);
+      proj_->backward_input(g, Tensor(), dy, &dg, none);
       gelu_->backward(f, g, dg, &df, none);
     }
-    fc_->backward(h2, f, df, &dh, none);
+    fc_->backward_input(h2, f, df, &dh, none);
     ln2_->backward(r, h2, dh, &dr, parts[2]);
     d.axpy(1.0f, dy, dr);  // through the residual
-    attn_->backward(h1, Tensor(), dr, &dh, parts[1]);
+    attn_->backward_input(h1, Tensor(), dr, &dh, parts[1]);
     ln1_->backward(x, h1, dh, dx, parts[0]);
     if (dx) d.axpy(1.0f, dr, *dx);
+    ctx.saved = {g, h2, df, h1, dr};
+    ctx.saved.insert(ctx.saved.end(), parts[1].saved.begin(), parts[1].saved.end());
+  }
+  // W: the gradients of mlp.c_proj, mlp.c_fc and the attention's projections.
+  void backward_weight(const Tensor& x, const Tensor& dy, LayerContext& ctx) override {
+    check_batch_shape("transformer_block input", x, in_);
+    check_batch_shape("transformer_block output gradient", dy, in_);
+    if (ctx.saved.size() < 5 || ctx.saved[0].dim(0) != x.dim(0))
+      throw std::logic_error("transformer_block weight gradient without its input gradient's context");
+    const Tensor g = ctx.saved[0], h2 = ctx.saved[1], df = ctx.saved[2], h1 = ctx.saved[3], dr = ctx.saved[4];
+    LayerContext attn, none;
+    attn.saved.assign(ctx.saved.begin() + 5, ctx.saved.end());
+    proj_->backward_weight(g, dy, none);
+    fc_->backward_weight(h2, df, none);
+    attn_->backward_weight(h1, dr, attn);
+    ctx.saved.clear();
   }
 
  private:

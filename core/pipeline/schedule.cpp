@@ -1,4 +1,4 @@
-// schedule.cpp: GPipe and 1F1B generators; see schedule.h.
+// schedule.cpp: GPipe, 1F1B and ZB-H1 generators; see schedule.h.
 #include "core/pipeline/schedule.h"
 
 #include <algorithm>
@@ -9,10 +9,18 @@ namespace cleave {
 ScheduleKind parse_schedule(const std::string& name) {
   if (name == "gpipe") return ScheduleKind::gpipe;
   if (name == "1f1b") return ScheduleKind::one_f_one_b;
-  throw std::invalid_argument("unknown schedule '" + name + "': use gpipe or 1f1b");
+  if (name == "zb1") return ScheduleKind::zb1;
+  throw std::invalid_argument("unknown schedule '" + name + "': use gpipe, 1f1b or zb1");
 }
 
-const char* schedule_name(ScheduleKind kind) { return kind == ScheduleKind::gpipe ? "gpipe" : "1f1b"; }
+const char* schedule_name(ScheduleKind kind) {
+  switch (kind) {
+    case ScheduleKind::gpipe: return "gpipe";
+    case ScheduleKind::one_f_one_b: return "1f1b";
+    case ScheduleKind::zb1: return "zb1";
+  }
+  return "?";
+}
 
 const char* action_name(ActionKind kind) {
   switch (kind) {
@@ -23,6 +31,8 @@ const char* action_name(ActionKind kind) {
     case ActionKind::backward: return "backward";
     case ActionKind::send_gradient: return "send";
     case ActionKind::optimizer_step: return "optimizer";
+    case ActionKind::backward_input: return "B";
+    case ActionKind::backward_weight: return "W";
   }
   return "?";
 }
@@ -35,10 +45,31 @@ void add_forward(std::vector<Action>& out, int mb, bool last) {
   if (!last) out.push_back({ActionKind::send_activation, mb});
 }
 
-void add_backward(std::vector<Action>& out, int mb, bool first) {
+// `kind` is backward (B and W together) or backward_input (B alone).
+void add_backward(std::vector<Action>& out, int mb, bool first, ActionKind kind = ActionKind::backward) {
   out.push_back({ActionKind::receive_gradient, mb});
-  out.push_back({ActionKind::backward, mb});
+  out.push_back({kind, mb});
   if (!first) out.push_back({ActionKind::send_gradient, mb});
+}
+
+// 1F1B's order with B for the backward; stage s runs the W of a micro-batch
+// once s later B's have run (the deferred W's fill the cool-down), and the last
+// s W's after the last B.
+void add_zb1(std::vector<Action>& out, int stage, int stages, int microbatches) {
+  const bool first = stage == 0, last = stage == stages - 1;
+  const int warmup = std::min(stages - stage - 1, microbatches);
+  int next_fwd = 0, next_b = 0, next_w = 0;
+  auto b_then_w = [&] {
+    add_backward(out, next_b++, first, ActionKind::backward_input);
+    if (next_b - next_w > stage) out.push_back({ActionKind::backward_weight, next_w++});
+  };
+  for (; next_fwd < warmup; ++next_fwd) add_forward(out, next_fwd, last);
+  while (next_fwd < microbatches) {
+    add_forward(out, next_fwd++, last);
+    b_then_w();
+  }
+  while (next_b < microbatches) b_then_w();
+  while (next_w < microbatches) out.push_back({ActionKind::backward_weight, next_w++});
 }
 
 }  // namespace
@@ -52,6 +83,8 @@ std::vector<Action> make_schedule(ScheduleKind kind, int stage, int stages, int 
   if (kind == ScheduleKind::gpipe) {
     for (int mb = 0; mb < microbatches; ++mb) add_forward(out, mb, last);
     for (int mb = 0; mb < microbatches; ++mb) add_backward(out, mb, first);
+  } else if (kind == ScheduleKind::zb1) {
+    add_zb1(out, stage, stages, microbatches);
   } else {
     const int warmup = std::min(stages - stage - 1, microbatches);
     int next_fwd = 0, next_bwd = 0;
@@ -68,7 +101,19 @@ std::vector<Action> make_schedule(ScheduleKind kind, int stage, int stages, int 
 
 int max_in_flight(ScheduleKind kind, int stage, int stages, int microbatches) {
   if (kind == ScheduleKind::gpipe) return microbatches;
+  if (kind == ScheduleKind::zb1) return std::min(stages, microbatches);
   return std::min(stages - stage, microbatches);
+}
+
+bool in_flight_by_suffix(ScheduleKind kind) { return kind != ScheduleKind::zb1; }
+
+double bubble_fraction(ScheduleKind kind, int stages, int microbatches) {
+  const double p = stages, m = microbatches;
+  // With unit F, B and W each stage works 3M units; the last one ends at
+  // 3M + p - 1 under ZB-H1, at 3M + 3 (p - 1) under 1F1B and GPipe (whose
+  // whole backward, 2 units, the previous stage waits for).
+  if (kind == ScheduleKind::zb1) return (p - 1) / (3 * m + p - 1);
+  return (p - 1) / (m + p - 1);
 }
 
 }  // namespace cleave

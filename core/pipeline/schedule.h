@@ -4,8 +4,14 @@
 // ordered actions that stage runs for one batch. GPipe runs every forward, then
 // every backward; 1F1B runs min(p - s - 1, M) warm-up forwards, then alternates one
 // forward with one backward, then drains the remaining backwards, so stage s
-// holds at most p - s micro-batches of activations. One executor
-// (Stage::run, stage.h) runs any such list; a new schedule is a new generator.
+// holds at most p - s micro-batches of activations. ZB-H1 (zero bubble, Qi et
+// al. 2024) splits each backward into B (the input gradient, which the previous
+// stage waits for) and W (the weight gradient, which nobody waits for): it runs
+// 1F1B's order with B in place of the backward and defers stage s's W's by s
+// micro-batches, so that the W's fill the cool-down. With equal F, B and W
+// times its bubble is (p - 1) / (3M + p - 1) against 1F1B's (p - 1) / (M + p - 1),
+// with the same messages on the links. One executor (Stage::run, stage.h) runs
+// any such list; a new schedule is a new generator.
 #pragma once
 
 #include <string>
@@ -18,9 +24,11 @@ enum class ActionKind {
   forward,
   send_activation,     // output of mb to the next stage
   receive_gradient,    // gradient of mb's output from the next stage (or the loss, on the last stage)
-  backward,
+  backward,            // B and W together (gpipe, 1f1b)
   send_gradient,       // gradient of mb's input to the previous stage
   optimizer_step,      // once per batch, after every backward
+  backward_input,      // B: mb's input gradient; its weight gradient waits for backward_weight (zb1)
+  backward_weight,     // W: mb's weight gradient, any time after its backward_input (zb1)
 };
 
 struct Action {
@@ -31,12 +39,12 @@ struct Action {
 
 // The pipeline schedules, for the executor, the planner, the coordinator and the
 // daemons alike (the one schedule vocabulary: flags, JSON and plan files spell
-// them "gpipe" and "1f1b").
-enum class ScheduleKind { gpipe, one_f_one_b };
+// them "gpipe", "1f1b" and "zb1").
+enum class ScheduleKind { gpipe, one_f_one_b, zb1 };
 
-// Parses "gpipe" | "1f1b"; throws std::invalid_argument otherwise.
+// Parses "gpipe" | "1f1b" | "zb1"; throws std::invalid_argument otherwise.
 ScheduleKind parse_schedule(const std::string& name);
-const char* schedule_name(ScheduleKind kind);  // "gpipe", "1f1b"
+const char* schedule_name(ScheduleKind kind);  // "gpipe", "1f1b", "zb1"
 
 // Actions of stage `stage` (0-based) of `stages` for `microbatches` micro-batches.
 // The first stage's receive_activation reads from the data source, the last
@@ -45,11 +53,27 @@ const char* schedule_name(ScheduleKind kind);  // "gpipe", "1f1b"
 std::vector<Action> make_schedule(ScheduleKind kind, int stage, int stages, int microbatches);
 
 // Most micro-batches stage `stage` keeps activations for at once under `kind`:
-// M (GPipe), min(stages - stage, M) (1F1B). It depends on stages - stage only
-// (the stages from this one to the last), which the planner's search relies on.
+// M (GPipe), min(stages - stage, M) (1F1B), min(stages, M) (ZB-H1, on every
+// stage: a micro-batch is held from its forward to its W, and stage s defers s
+// W's on top of 1F1B's stages - s; after its B a micro-batch keeps only what W
+// needs, never more than its full stash, so counting it whole is an upper
+// bound). Under GPipe and 1F1B it depends on stages - stage only (the stages
+// from this one to the last), which the planner's search relies on; under ZB-H1
+// on stages, which the search bounds by its most stages (docs/planner.md).
 // The one in-flight rule: the planner's cost model and the daemon's admission
 // check both count a stage's memory with it (core/planner/memory_model.h).
 int max_in_flight(ScheduleKind kind, int stage, int stages, int microbatches);
+
+// Whether max_in_flight(kind, ...) depends on stages - stage only (GPipe, 1F1B).
+bool in_flight_by_suffix(ScheduleKind kind);
+
+// Fraction of a batch's time a stage idles under `kind` when every forward,
+// backward input half and weight half take the same time and links are free:
+// (p - 1) / (M + p - 1) for GPipe and 1F1B, (p - 1) / (3M + p - 1) for ZB-H1
+// (M >= p; with fewer micro-batches ZB-H1 cannot defer enough W's and the
+// fraction is a lower bound). The planner's batch time is its bottleneck
+// stretched by it: bottleneck / (1 - bubble).
+double bubble_fraction(ScheduleKind kind, int stages, int microbatches);
 
 const char* action_name(ActionKind kind);
 

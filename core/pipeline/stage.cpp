@@ -61,11 +61,19 @@ StepMetrics Stage::run(const std::vector<Action>& actions, StageIO& io, int64_t 
         if (!is_last()) timed("receive", mb, [&] { grads_in[mb] = io.receive_output_grad(step, mb); });
         break;
       case ActionKind::backward:
-        timed("backward", mb, [&] {
-          Tensor dx = partition_.backward(grads_in.at(mb), mb, /*need_dx=*/!is_first());
+      case ActionKind::backward_input: {
+        const bool whole = a.kind == ActionKind::backward;
+        timed(whole ? "backward" : "B", mb, [&] {
+          const Tensor& dy = grads_in.at(mb);
+          Tensor dx = whole ? partition_.backward(dy, mb, /*need_dx=*/!is_first())
+                            : partition_.backward_input(dy, mb, /*need_dx=*/!is_first());
           grads_in.erase(mb);
           if (!is_first()) grads_out[mb] = dx;
         });
+        break;
+      }
+      case ActionKind::backward_weight:
+        timed("W", mb, [&] { partition_.backward_weight(mb); });
         break;
       case ActionKind::send_gradient:
         timed("send", mb, [&] {

@@ -1,6 +1,7 @@
 // trace.h: per-stage timelines written as a Chrome trace (opens in Perfetto or
-// chrome://tracing): one track per stage, one slice per forward, backward, send,
-// receive, optimizer step, and the idle gaps between them.
+// chrome://tracing): one track per stage, one slice per forward, backward (or,
+// under zb1, its input half B and weight half W), send, receive, optimizer step,
+// and the idle gaps between them.
 #pragma once
 
 #include <chrono>
@@ -14,7 +15,7 @@
 namespace cleave {
 
 struct TraceEvent {
-  std::string name;      // forward | backward | send | receive | optimizer | idle
+  std::string name;      // forward | backward | B | W | send | receive | optimizer | idle
   int stage = 0;
   int64_t step = 0;
   int microbatch = -1;

@@ -212,7 +212,7 @@ Plan evaluate_plan(const CostModel& cost, const std::vector<int>& devices, const
     if (!used[k]) out.unused_devices.push_back(cluster.devices[k].name);
   const double m = cost.options().microbatches;
   out.bottleneck_seconds = bottleneck;
-  out.batch_seconds = (m + p - 1) / m * bottleneck;
+  out.batch_seconds = bottleneck / (1 - bubble_fraction(cost.options().schedule, p, static_cast<int>(m)));
   out.samples_per_second = out.batch_seconds > 0 ? static_cast<double>(cost.options().batch) / out.batch_seconds : kInf;
   return out;
 }
@@ -289,11 +289,15 @@ class Search {
     max_stages_ = std::min(d_, n_);
     if (o.max_stages > 0) max_stages_ = std::min(max_stages_, o.max_stages);
     words_ = (n_ + 63) / 64;
-    // The in-flight counts a stage can have: the schedule's rule depends on the stages from it
-    // to the last only, grows with them and then stays (schedule.h), so the first stage of a
-    // suffix of k stages has f_of(fi_of(k)), and nf_ counts the distinct values.
+    // The in-flight counts a stage can have: under GPipe and 1F1B the schedule's rule depends
+    // on the stages from it to the last only, grows with them and then stays (schedule.h), so
+    // the first stage of a suffix of k stages has f_of(fi_of(k)), and nf_ counts the distinct
+    // values. Under ZB-H1 every stage keeps min(p, M), p unknown while a suffix grows: the
+    // search counts its most, min(max_stages_, M), on every stage (an upper bound: its plans
+    // fit; docs/planner.md).
     nf_ = 1;
-    while (nf_ < max_stages_ && cost.in_flight(nf_ + 1, 0) != cost.in_flight(nf_, 0)) ++nf_;
+    flight_stages_ = in_flight_by_suffix(o.schedule) ? 0 : max_stages_;
+    while (flight_stages_ == 0 && nf_ < max_stages_ && cost.in_flight(nf_ + 1, 0) != cost.in_flight(nf_, 0)) ++nf_;
 
     // g_mem_[(k * nf + fi) * (n + 1) + i]: smallest start h such that [h, i) fits device k's
     // memory with f(fi) micro-batches in flight; i when not even [i - 1, i) fits.
@@ -731,7 +735,7 @@ class Search {
     return false;
   }
 
-  int f_of(int fi) const { return c_.in_flight(fi + 1, 0); }
+  int f_of(int fi) const { return flight_stages_ > 0 ? c_.in_flight(flight_stages_, 0) : c_.in_flight(fi + 1, 0); }
   // Index of the in-flight count of the first stage of a suffix of `suffix_stages` stages.
   int fi_of(int suffix_stages) const { return std::min(suffix_stages, nf_) - 1; }
   size_t gidx(int k, int fi, int i) const { return (static_cast<size_t>(k) * nf_ + fi) * (n_ + 1) + i; }
@@ -837,6 +841,7 @@ class Search {
 
   const CostModel& c_;
   int n_, d_, max_stages_, words_, nf_;
+  int flight_stages_ = 0;  // > 0: every stage keeps in_flight(flight_stages_, 0) (ZB-H1's bound)
   std::vector<int> g_mem_, g_;
   std::vector<double> trans_;
   std::vector<Word> link_mask_, single_;

@@ -125,7 +125,7 @@ struct Plan {
   std::vector<StagePlan> stages;
   std::vector<std::string> unused_devices;
   double bottleneck_seconds = 0;      // max over stages and cuts, per batch
-  double batch_seconds = 0;           // (M + p - 1) / M * bottleneck
+  double batch_seconds = 0;           // bottleneck / (1 - bubble_fraction(schedule, p, M)): (M + p - 1) / M * bottleneck (gpipe, 1f1b)
   double samples_per_second = 0;      // B / batch_seconds
   int search_runs = 0;                // exact feasibility passes the search made
   // plan_shared_hosts(): the largest factor by which co-located devices' compute

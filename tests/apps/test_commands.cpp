@@ -163,6 +163,17 @@ TEST_CASE("cleave plan places a model on a devices file within each device's mem
   REQUIRE(single.at("stages").size() == 1);
   CHECK(single.at("stages")[0].at("device") == "big");
 
+  // --schedule zb1: the plan says so and predicts less bubble than 1F1B for the same stages.
+  const std::string zb = dir.file("zb1.json");
+  REQUIRE(run_cleave("plan --model '" + kMlp + "' --devices '" + devices + "' --microbatches 2 --schedule zb1 --json '" +
+                     zb + "'")
+              .code == 0);
+  const nlohmann::json zplan = read_json(zb);
+  CHECK(zplan.at("schedule") == "zb1");
+  check_plan_stages(zplan, num_layers(kMlp), {"small", "big"});
+  REQUIRE(zplan.at("stages").size() == plan.at("stages").size());
+  CHECK(zplan.at("predicted_batch_seconds").get<double>() < plan.at("predicted_batch_seconds").get<double>());
+
   // Nothing fits: the run fails naming the model and the devices file.
   const std::string tiny = dir.file("tiny.json");
   write_text(tiny, R"({"devices": [{"name": "a", "memory": "1M", "gflops": 1}, {"name": "b", "memory": "1M", "gflops": 1}]})");

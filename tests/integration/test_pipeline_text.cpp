@@ -1,6 +1,6 @@
 // test_pipeline_text.cpp: --text across real cleaved daemons. A small GPT
 // (tests/fixtures/gpt-micro.json) split over 2 daemons trains with the same
-// per-step losses as in one process (1e-4 relative), gpipe and 1f1b: its
+// per-step losses as in one process (1e-4 relative), gpipe, 1f1b and zb1: its
 // labels travel as (batch, positions), the last stage scores every position,
 // and the validation losses after each epoch agree too. And the point of the
 // project: gpt-small, which one 64 MiB daemon refuses, trains across three.
@@ -33,7 +33,8 @@ void check_close(const nlohmann::json& a, const nlohmann::json& b, const char* w
 
 }  // namespace
 
-TEST_CASE("a GPT on --text across 2 daemons reproduces local training (gpipe and 1f1b)", "[integration][pipeline][text]") {
+TEST_CASE("a GPT on --text across 2 daemons reproduces local training (gpipe, 1f1b and zb1)",
+          "[integration][pipeline][text]") {
   test::TempDir dir;
   const std::string text = dir.file("corpus.txt");
   test::write_generated_text(text, 20000);
@@ -53,7 +54,7 @@ TEST_CASE("a GPT on --text across 2 daemons reproduces local training (gpipe and
   const nlohmann::json local = train_local(cfg);
   REQUIRE(local["losses"].size() == 20);
   REQUIRE(local["val_losses"].size() == 2);
-  for (const char* schedule : {"gpipe", "1f1b"}) {
+  for (const char* schedule : {"gpipe", "1f1b", "zb1"}) {
     DYNAMIC_SECTION("schedule " << schedule) {
       DaemonCluster cluster(2);
       ClusterOptions cl = cluster.options(2);

@@ -231,3 +231,88 @@ TEST_CASE("partition: misuse is refused with clear errors", "[model][partition][
   CHECK_THROWS_AS(p.forward(wrong_x, 1, true), std::invalid_argument);
   CHECK_THROWS_AS(p.layer(7), std::out_of_range);
 }
+
+namespace {
+
+// A small GPT, its projection tied to its embedding or not: tokens (5) -> logits (5, 11).
+ModelSpec small_gpt(bool tied) {
+  json projection = {{"type", "linear"}, {"out_features", 11}};
+  if (tied) projection["tied_to"] = 0;
+  const json doc = {{"name", "gpt"},
+                    {"input", {5}},
+                    {"loss", "cross_entropy"},
+                    {"layers",
+                     {{{"type", "embedding"}, {"num_embeddings", 11}, {"embedding_dim", 8}},
+                      {{"type", "position_embedding"}},
+                      {{"type", "transformer_block"}, {"heads", 2}},
+                      {{"type", "layernorm"}},
+                      projection}}};
+  return ModelSpec::parse(doc, "gpt");
+}
+
+}  // namespace
+
+TEST_CASE("partition: backward_input then backward_weight (zb1) equals backward bit for bit", "[model][partition][zb1]") {
+  const int64_t batch = 3;
+  Rng rng(12);
+  // The whole tied model (a first stage: no dx), and a later stage of the untied one.
+  for (auto [begin, need_dx] : {std::pair{0, false}, std::pair{2, true}}) {
+    INFO("layers [" << begin << ", 5), need_dx " << need_dx);
+    const ModelSpec spec = small_gpt(/*tied=*/begin == 0);
+    Partition whole(cpu(), spec, begin, 5), split(cpu(), spec, begin, 5);
+    whole.init(9);
+    split.init(9);
+    whole.zero_grad();
+    split.zero_grad();
+    std::vector<Tensor> x, dy;
+    for (int mb = 0; mb < 2; ++mb) {
+      std::vector<float> in;
+      if (begin == 0) {
+        for (int64_t i = 0; i < batch * 5; ++i) in.push_back(static_cast<float>(rng.below(11)));
+      } else {
+        in = random_normal(rng, batch * numel(whole.input_shape()));
+      }
+      x.push_back(upload(cpu(), batched(batch, whole.input_shape()), in));
+      dy.push_back(upload(cpu(), batched(batch, whole.output_shape()),
+                          random_normal(rng, batch * numel(whole.output_shape()), 0.1f)));
+      REQUIRE(whole.forward(x[mb], mb, true).to_host() == split.forward(x[mb], mb, true).to_host());
+    }
+    // ZB-H1's order on a stage: B0 B1 W0 W1 against backward 0, backward 1.
+    std::vector<std::vector<float>> dx_whole, dx_split;
+    for (int mb = 0; mb < 2; ++mb) dx_whole.push_back(host(whole.backward(dy[mb], mb, need_dx)));
+    for (int mb = 0; mb < 2; ++mb) {
+      const size_t before = split.stash_bytes();
+      dx_split.push_back(host(split.backward_input(dy[mb], mb, need_dx)));
+      CHECK(split.stash_bytes() < before);  // B frees what W does not need
+      CHECK(split.in_flight() == 2);        // ... but the micro-batch is held until its W
+    }
+    CHECK(dx_split == dx_whole);
+    CHECK(split.grads().to_host() != whole.grads().to_host());  // W's share is still missing
+    split.backward_weight(0);
+    CHECK(split.in_flight() == 1);
+    split.backward_weight(1);
+    CHECK(split.in_flight() == 0);
+    CHECK(split.stash_bytes() == 0);
+    CHECK(split.grads().to_host() == whole.grads().to_host());
+  }
+}
+
+TEST_CASE("partition: the split backward refuses the wrong order", "[model][partition][zb1][errors]") {
+  const ModelSpec spec = mixed_model(0.0);
+  Partition p(cpu(), spec, 0, 11);
+  p.init(1);
+  Tensor x(cpu(), batched(2, spec.input));
+  cpu().fill(x, 0.5f);
+  Tensor dy(cpu(), batched(2, p.output_shape()));
+  cpu().fill(dy, 0.1f);
+  CHECK_THROWS_WITH(p.backward_input(dy, 0, false), Contains("backward_input for micro-batch 0") &&
+                                                        Contains("without a pending training forward"));
+  CHECK_THROWS_WITH(p.backward_weight(0), Contains("without a pending backward_input"));
+  p.forward(x, 0, true);
+  p.backward_input(dy, 0, false);
+  CHECK_THROWS_WITH(p.backward(dy, 0, false), Contains("without a pending training forward"));
+  p.forward(x, 0, true);
+  CHECK_THROWS_WITH(p.backward_input(dy, 0, false), Contains("forwarded again before its backward_weight"));
+  p.backward_weight(0);
+  CHECK_THROWS_WITH(p.backward_weight(0), Contains("without a pending backward_input"));
+}

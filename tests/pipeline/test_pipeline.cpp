@@ -1,6 +1,9 @@
 // test_pipeline.cpp: schedules as data, and the stage executor running every
 // stage of a pipeline in one process (in_process_pipeline.h) against one-process
 // training of the same model: the same losses and the same weights.
+#include <array>
+#include <set>
+
 #include <catch2/catch.hpp>
 
 #include "core/model/model_spec.h"
@@ -57,28 +60,150 @@ TEST_CASE("1f1b: warm-up forwards, alternation, drain and bounded in-flight", "[
       }
   CHECK_THROWS_AS(make_schedule(ScheduleKind::gpipe, 3, 3, 1), std::invalid_argument);
   CHECK(parse_schedule("1f1b") == ScheduleKind::one_f_one_b);
-  CHECK_THROWS_WITH(parse_schedule("zero-bubble"), Catch::Contains("gpipe or 1f1b"));
+  CHECK_THROWS_WITH(parse_schedule("zero-bubble"), Catch::Contains("gpipe, 1f1b or zb1"));
 }
 
 TEST_CASE("one schedule vocabulary: names round-trip, max_in_flight is each schedule's peak", "[pipeline]") {
-  for (ScheduleKind kind : {ScheduleKind::gpipe, ScheduleKind::one_f_one_b}) {
+  for (ScheduleKind kind : {ScheduleKind::gpipe, ScheduleKind::one_f_one_b, ScheduleKind::zb1}) {
     CHECK(parse_schedule(schedule_name(kind)) == kind);
     for (int p : {1, 2, 3, 5})
       for (int m : {1, 2, 4, 7})
         for (int s = 0; s < p; ++s) {
+          // A micro-batch is held from its forward until its backward, or its W under zb1.
           int in_flight = 0, peak = 0;
           for (const Action& a : make_schedule(kind, s, p, m)) {
             if (a.kind == ActionKind::forward) peak = std::max(peak, ++in_flight);
-            if (a.kind == ActionKind::backward) --in_flight;
+            if (a.kind == ActionKind::backward || a.kind == ActionKind::backward_weight) --in_flight;
           }
           INFO(schedule_name(kind) << " stage " << s << " of " << p << ", " << m << " micro-batches");
           CHECK(max_in_flight(kind, s, p, m) == peak);
-          // It depends on the stages from this one to the last only (the planner relies on it).
-          CHECK(max_in_flight(kind, s, p, m) == max_in_flight(kind, 0, p - s, m));
+          // Under gpipe and 1f1b it depends on the stages from this one to the last only (the
+          // planner relies on it where in_flight_by_suffix says so).
+          if (in_flight_by_suffix(kind)) CHECK(max_in_flight(kind, s, p, m) == max_in_flight(kind, 0, p - s, m));
         }
   }
   CHECK(std::string(schedule_name(ScheduleKind::gpipe)) == "gpipe");
   CHECK(std::string(schedule_name(ScheduleKind::one_f_one_b)) == "1f1b");
+  CHECK(std::string(schedule_name(ScheduleKind::zb1)) == "zb1");
+  CHECK_FALSE(in_flight_by_suffix(ScheduleKind::zb1));
+}
+
+namespace {
+
+// Runs the schedules of every stage of a p-stage pipeline with each forward,
+// backward input half and weight half taking one unit of time (a whole
+// backward two) and free links, each action as soon as its inputs are there:
+// a forward after the previous stage's forward of that micro-batch, a backward
+// (or B) after this stage's forward and the next stage's backward (or B), a W
+// after this stage's B. Returns the makespan; fails the test on a deadlock.
+int simulate_unit_times(ScheduleKind kind, int p, int m) {
+  std::vector<std::vector<Action>> acts;
+  for (int s = 0; s < p; ++s) acts.push_back(make_schedule(kind, s, p, m));
+  // done[s][mb]: end times of F, B (or the whole backward) and W; -1 until run.
+  std::vector<std::vector<std::array<int, 3>>> done(p, std::vector<std::array<int, 3>>(m, {-1, -1, -1}));
+  std::vector<size_t> next(p, 0);
+  std::vector<int> clock(p, 0);
+  for (bool moved = true; moved;) {
+    moved = false;
+    for (int s = 0; s < p; ++s)
+      for (; next[s] < acts[s].size(); ++next[s]) {
+        const Action& a = acts[s][next[s]];
+        int ready = clock[s], cost = 1, slot = -1;
+        auto after = [&](int t) {
+          if (t < 0) return false;
+          ready = std::max(ready, t);
+          return true;
+        };
+        if (a.kind == ActionKind::forward) {
+          slot = 0;
+          if (s > 0 && !after(done[s - 1][a.microbatch][0])) break;
+        } else if (a.kind == ActionKind::backward || a.kind == ActionKind::backward_input) {
+          slot = 1;
+          cost = a.kind == ActionKind::backward ? 2 : 1;
+          if (!after(done[s][a.microbatch][0])) break;
+          if (s + 1 < p && !after(done[s + 1][a.microbatch][1])) break;
+        } else if (a.kind == ActionKind::backward_weight) {
+          slot = 2;
+          if (!after(done[s][a.microbatch][1])) break;
+        }
+        if (slot < 0) continue;  // transfers and the optimizer step take no time here
+        clock[s] = ready + cost;
+        done[s][a.microbatch][static_cast<size_t>(slot)] = clock[s];
+        moved = true;
+      }
+  }
+  for (int s = 0; s < p; ++s) {
+    INFO(schedule_name(kind) << ": stage " << s << " of " << p << " deadlocked at action " << next[s]);
+    REQUIRE(next[s] == acts[s].size());
+  }
+  return *std::max_element(clock.begin(), clock.end());
+}
+
+}  // namespace
+
+TEST_CASE("zb1: every micro-batch gets F, B and W once, in dependency order, within 1F1B's warm-up", "[pipeline]") {
+  for (int p : {1, 2, 3, 4})
+    for (int m : {1, 2, 3, 5, 8})
+      for (int s = 0; s < p; ++s) {
+        INFO("stage " << s << " of " << p << ", " << m << " micro-batches");
+        const std::vector<Action> acts = make_schedule(ScheduleKind::zb1, s, p, m);
+        std::vector<int> f(m, 0), b(m, 0), w(m, 0), recv_g(m, 0), send_g(m, 0);
+        int next_f = 0, next_b = 0, next_w = 0, leading_forwards = 0;
+        bool only_forwards = true;
+        for (const Action& a : acts) {
+          const int mb = a.microbatch;
+          switch (a.kind) {
+            case ActionKind::forward:
+              CHECK(mb == next_f++);
+              ++f[mb];
+              if (only_forwards) ++leading_forwards;
+              break;
+            case ActionKind::receive_gradient: ++recv_g[mb]; break;
+            case ActionKind::backward_input:
+              only_forwards = false;
+              CHECK(mb == next_b++);
+              CHECK(f[mb] == 1);       // its forward ran
+              CHECK(recv_g[mb] == 1);  // and its output gradient came
+              ++b[mb];
+              break;
+            case ActionKind::send_gradient:
+              CHECK(b[mb] == 1);  // what is sent is B's dx
+              ++send_g[mb];
+              break;
+            case ActionKind::backward_weight:
+              CHECK(mb == next_w++);
+              CHECK(b[mb] == 1);  // W after its B
+              ++w[mb];
+              break;
+            case ActionKind::backward: FAIL("zb1 runs B and W, never the whole backward"); break;
+            default: break;
+          }
+        }
+        for (int mb = 0; mb < m; ++mb) {
+          CHECK(f[mb] == 1);
+          CHECK(b[mb] == 1);
+          CHECK(w[mb] == 1);
+          CHECK(send_g[mb] == (s > 0 ? 1 : 0));
+        }
+        CHECK(acts.back().kind == ActionKind::optimizer_step);
+        // The same warm-up as 1F1B: p - s - 1 forwards, then one more before the first B.
+        CHECK(leading_forwards == std::min(p - s, m));
+      }
+}
+
+TEST_CASE("zb1's bubble with unit F, B and W is (p - 1) / (3M + p - 1), a third of 1F1B's", "[pipeline]") {
+  for (int p : {2, 3, 4})
+    for (int m : {p, p + 1, 2 * p, 8}) {
+      INFO(p << " stages, " << m << " micro-batches");
+      // Busy time per stage is 3M units; the rest of the makespan is the bubble.
+      const int zb = simulate_unit_times(ScheduleKind::zb1, p, m);
+      const int ofob = simulate_unit_times(ScheduleKind::one_f_one_b, p, m);
+      CHECK(static_cast<double>(zb - 3 * m) / zb == Approx(static_cast<double>(p - 1) / (3 * m + p - 1)));
+      CHECK(static_cast<double>(ofob - 3 * m) / ofob == Approx(static_cast<double>(p - 1) / (m + p - 1)));
+      CHECK(static_cast<double>(zb - 3 * m) / zb == Approx(bubble_fraction(ScheduleKind::zb1, p, m)));
+      CHECK(static_cast<double>(ofob - 3 * m) / ofob == Approx(bubble_fraction(ScheduleKind::one_f_one_b, p, m)));
+    }
+  CHECK(bubble_fraction(ScheduleKind::zb1, 1, 4) == 0);
 }
 
 TEST_CASE("balance_ranges minimises the largest stage", "[pipeline]") {
@@ -124,10 +249,12 @@ TEST_CASE("pipelined stages reproduce one-process training step for step", "[pip
   const int64_t batch = 10, steps = 3;
   const uint64_t seed = 7;
 
-  for (ScheduleKind kind : {ScheduleKind::gpipe, ScheduleKind::one_f_one_b}) {
+  for (ScheduleKind kind : {ScheduleKind::gpipe, ScheduleKind::one_f_one_b, ScheduleKind::zb1}) {
     for (int m : {1, 3}) {
       DYNAMIC_SECTION(schedule_name(kind) << " with " << m << " micro-batches") {
-        // Reference: one partition, same micro-batches.
+        // Reference: one partition, same micro-batches, whole backwards (zb1 is checked
+        // against gpipe, so that a wrong B / W split cannot agree with itself).
+        const ScheduleKind ref_kind = kind == ScheduleKind::zb1 ? ScheduleKind::gpipe : kind;
         Stage ref(*dev, spec, 0, spec.num_layers(), 0, 1, ocfg);
         ref.partition().init(seed);
         std::vector<double> ref_losses;
@@ -143,7 +270,7 @@ TEST_CASE("pipelined stages reproduce one-process training step for step", "[pip
           Wires w(1);
           feed(w, step);
           QueueIO io(w, 0, *dev);
-          auto acts = make_schedule(kind, 0, 1, m);
+          auto acts = make_schedule(ref_kind, 0, 1, m);
           ref_losses.push_back(ref.run(acts, io, step, batch, seed).loss_sum / batch);
         }
 
@@ -176,6 +303,12 @@ TEST_CASE("pipelined stages reproduce one-process training step for step", "[pip
         REQUIRE(joined.size() == whole.size());
         for (size_t i = 0; i < whole.size(); ++i) REQUIRE(joined[i] == Approx(whole[i]).margin(1e-5));
         CHECK(!tracer.events().empty());
+        // zb1's trace shows B and W as their own slices, never a whole backward.
+        std::set<std::string> names;
+        for (const TraceEvent& e : tracer.events()) names.insert(e.name);
+        CHECK(names.count("B") == (kind == ScheduleKind::zb1 ? 1u : 0u));
+        CHECK(names.count("W") == (kind == ScheduleKind::zb1 ? 1u : 0u));
+        CHECK(names.count("backward") == (kind == ScheduleKind::zb1 ? 0u : 1u));
       }
     }
   }

@@ -34,6 +34,9 @@ using namespace cleave::testing;
 namespace {
 
 constexpr double kSlack = 1.5;  // the estimate may exceed the measured peak by at most this factor
+// ... and under zb1 by this one: the model counts every micro-batch held until its W whole,
+// though after its B it keeps only what W needs (up to about 2.4x on these stages).
+constexpr double kSlackZb1 = 2.5;
 
 // Every layer type, a pointwise convolution (the CPU's direct path), a linear
 // layer without bias, and the MSE loss (targets as large as the output).
@@ -130,7 +133,7 @@ void make_batch(const ModelSpec& spec, int64_t batch, uint64_t seed, std::vector
 
 }  // namespace
 
-TEST_CASE("the memory model bounds what real stages allocate, within 1.5x", "[planner][memory]") {
+TEST_CASE("the memory model bounds what real stages allocate, within 1.5x (2.5x under zb1)", "[planner][memory]") {
   const int64_t batch = 12;
   const int microbatches = 4;
   const int steps = 2;
@@ -142,7 +145,7 @@ TEST_CASE("the memory model bounds what real stages allocate, within 1.5x", "[pl
     const int n = spec.num_layers();
     for (int p = 1; p <= std::min(3, n); ++p) {
       for (const std::vector<int>& cuts : all_cuts(n, p)) {
-        for (ScheduleKind kind : {ScheduleKind::gpipe, ScheduleKind::one_f_one_b}) {
+        for (ScheduleKind kind : {ScheduleKind::gpipe, ScheduleKind::one_f_one_b, ScheduleKind::zb1}) {
           const OptimizerConfig ocfg = optimizer_number(pipelines++);
           INFO(m.name << " cut at " << cuts_str(cuts) << ", " << schedule_name(kind) << ", " << ocfg.kind
                       << " momentum " << ocfg.momentum << ", " << 1 + pipelines % 2 << " threads per device");
@@ -206,7 +209,8 @@ TEST_CASE("the memory model bounds what real stages allocate, within 1.5x", "[pl
             // The device counted the stage's blocks and more: the training step allocated too.
             CHECK(measured > estimates[s].weight_state());
             CHECK(estimate >= measured);
-            CHECK(static_cast<double>(estimate) <= kSlack * static_cast<double>(measured));
+            CHECK(static_cast<double>(estimate) <=
+                  (kind == ScheduleKind::zb1 ? kSlackZb1 : kSlack) * static_cast<double>(measured));
             // Weights, gradients and optimizer state are exact: the stage holds them from
             // construction to the end.
             const int64_t params = stages[s]->partition().param_count();
@@ -321,7 +325,7 @@ TEST_CASE("pipeline_memory gives each stage its schedule's in-flight count", "[p
   sgd.kind = "sgd";
   const std::vector<int> cuts = {0, 2, 4, 6, mlp.num_layers()};
   const std::vector<std::optional<Backend>> backends = {Backend::cpu, Backend::cuda, std::nullopt, Backend::opencl};
-  for (ScheduleKind kind : {ScheduleKind::gpipe, ScheduleKind::one_f_one_b}) {
+  for (ScheduleKind kind : {ScheduleKind::gpipe, ScheduleKind::one_f_one_b, ScheduleKind::zb1}) {
     const std::vector<StageMemory> stages = pipeline_memory(mlp, cuts, sgd, 64, 8, kind, backends);
     REQUIRE(stages.size() == 4);
     for (int s = 0; s < 4; ++s) {

@@ -109,8 +109,9 @@ TEST_CASE("every job spec round-trips inside an assignment", "[transport][comman
   client.cut_back = 4;
   client.activation_noise = 0.5f;
   client.activation_clip = 2.0f;
-  const std::vector<JobSpec> jobs = {PipelineJob{1, 8, 42, 128, 0xfeedbeefcafe1234, 3}, PipelineJob{}, FedJob{32, 7, "fedprox"}, server,
-                                     client};
+  const std::vector<JobSpec> jobs = {PipelineJob{1, 8, 42, 128, 0xfeedbeefcafe1234, 3}, PipelineJob{},
+                                     PipelineJob{2, 4, 1, 64, 9, 0},  // zb1
+                                     FedJob{32, 7, "fedprox"}, server, client};
   for (const JobSpec& job : jobs) {
     INFO(job_kind_name(job));
     AssignMsg a;
@@ -143,6 +144,17 @@ TEST_CASE("a bad command field is refused by the sender and the receiver", "[tra
       INFO(command_name(bad));
       CHECK_THROWS_AS(encode_header(command_message(bad)), std::invalid_argument);
     }
+  }
+  SECTION("a pipeline schedule past zb1 (2)") {
+    AssignMsg a;
+    a.num_stages = 1;
+    a.layer_end = 1;
+    a.model_spec_json = "{}";
+    a.optimizer = odd_optimizer();
+    a.job = PipelineJob{3, 4, 1, 64, 9, 0};
+    Message m;
+    m.body = a;
+    CHECK_THROWS_WITH(encode_header(m), Catch::Contains("unknown schedule 3"));
   }
   SECTION("a crafted negative step") {
     const auto h = raw_command([](auto& b) {

@@ -68,11 +68,24 @@ OptimizerConfig from_wire(const transport::OptimizerSpec& o) {
   return c;
 }
 
-uint8_t schedule_to_wire(ScheduleKind kind) { return kind == ScheduleKind::one_f_one_b ? 1 : 0; }
+// The wire's Schedule enum (transport/schema/cleave.fbs): GPipe 0, OneFOneB 1, ZB1 2.
+uint8_t schedule_to_wire(ScheduleKind kind) {
+  switch (kind) {
+    case ScheduleKind::gpipe: return 0;
+    case ScheduleKind::one_f_one_b: return 1;
+    case ScheduleKind::zb1: return 2;
+  }
+  throw std::invalid_argument("schedule_to_wire: not a schedule");
+}
 
 ScheduleKind schedule_from_wire(uint8_t value) {
-  if (value > 1) throw std::invalid_argument("unknown pipeline schedule " + std::to_string(value));
-  return value == 1 ? ScheduleKind::one_f_one_b : ScheduleKind::gpipe;
+  switch (value) {
+    case 0: return ScheduleKind::gpipe;
+    case 1: return ScheduleKind::one_f_one_b;
+    case 2: return ScheduleKind::zb1;
+  }
+  throw std::invalid_argument("unknown pipeline schedule " + std::to_string(value) +
+                              " (this daemon knows 0 gpipe, 1 1f1b, 2 zb1)");
 }
 
 ModelSpec parse_model_text(const std::string& json_text, const std::string& what) {

@@ -36,7 +36,7 @@ struct ClusterOptions {
   std::string key_path;                 // coordinator's secret key
   std::string allow_path;               // directory of admitted .pub files (or one file)
   std::string listen = "tcp://*:7000";
-  std::string schedule = "gpipe";       // gpipe | 1f1b
+  std::string schedule = "gpipe";       // gpipe | 1f1b | zb1
   std::string encoding = "f32";         // activations/gradients between stages: f32 | f16 | int8
   std::string trace_path;               // Chrome trace output ("" = none)
   std::string planner = "auto";         // auto: profile + planner; balance: even split over all devices
