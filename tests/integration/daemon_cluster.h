@@ -79,10 +79,15 @@ class DaemonCluster {
 
   // Starts daemon i (1-based) dialling `endpoint`; `extra` flags are appended.
   pid_t start(int i, const std::string& endpoint, std::vector<std::string> extra = {}) {
-    std::vector<std::string> argv = {std::string(CLEAVE_BINARY_DIR) + "/apps/cleaved/cleaved",
-                                     "--coordinator", endpoint, "--key", dir_ + "/" + name(i) + ".key",
-                                     "--coordinator-key", dir_ + "/coordinator.pub", "--name", name(i),
-                                     "--backend", "cpu", "--threads", "1"};
+    return start_program({std::string(CLEAVE_BINARY_DIR) + "/apps/cleaved/cleaved"}, i, endpoint, std::move(extra));
+  }
+  // The same with another cleaved: `program` is its command line before the
+  // flags (e.g. {"qemu-aarch64-static", "build-aarch64/apps/cleaved/cleaved"}).
+  pid_t start_program(std::vector<std::string> program, int i, const std::string& endpoint,
+                      std::vector<std::string> extra = {}) {
+    std::vector<std::string> argv = std::move(program);
+    argv.insert(argv.end(), {"--coordinator", endpoint, "--key", dir_ + "/" + name(i) + ".key", "--coordinator-key",
+                             dir_ + "/coordinator.pub", "--name", name(i), "--backend", "cpu", "--threads", "1"});
     // One job, then exit, unless the test says how many.
     if (std::find(extra.begin(), extra.end(), "--max-jobs") == extra.end()) extra.insert(extra.begin(), {"--max-jobs", "1"});
     argv.insert(argv.end(), extra.begin(), extra.end());
