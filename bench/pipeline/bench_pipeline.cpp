@@ -27,7 +27,7 @@
 // warm-up; each row is its fastest repetition (the one other load on the
 // machine disturbed least). The 1-minute load average is printed per row.
 // Usage: bench_pipeline [--models cnn,mlp] [--limit-train 3200] [--limit-test 500]
-//        [--epochs 1] [--schedule 1f1b|gpipe|both] [--microbatches 4]
+//        [--epochs 1] [--schedule 1f1b|gpipe|zb1|both|all] [--microbatches 4]
 //        [--stages 1,2,3] [--json bench-pipeline.json] [--trace-dir DIR]
 //        [--reps 2] [--cleaved PATH] [--dataset-dir DIR]
 #include <sys/resource.h>
@@ -273,7 +273,8 @@ Row run_pipeline(const BenchOptions& o, const std::string& model, int stages, co
     for (const auto& st : r.at("stage_busy")) {
       const auto& b = st.at("busy_seconds");
       auto get = [&](const char* k) { return b.contains(k) ? b.at(k).get<double>() : 0.0; };
-      const double c = get("forward") + get("backward") + get("optimizer");
+      // zb1's backward is two slices, B (input gradient) and W (weight gradient).
+      const double c = get("forward") + get("backward") + get("B") + get("W") + get("optimizer");
       const double s = get("send");
       row.compute.push_back(c);
       row.send.push_back(s);
@@ -367,7 +368,9 @@ int run(const BenchOptions& o) {
   const std::string cleaved = find_cleaved(o.cleaved);
   if (!o.trace_dir.empty()) fs::create_directories(o.trace_dir);
   std::vector<std::string> schedules =
-      o.schedule == "both" ? std::vector<std::string>{"gpipe", "1f1b"} : std::vector<std::string>{o.schedule};
+      o.schedule == "both"  ? std::vector<std::string>{"gpipe", "1f1b"}
+      : o.schedule == "all" ? std::vector<std::string>{"gpipe", "1f1b", "zb1"}
+                            : std::vector<std::string>{o.schedule};
   const double load_start = load_average();
   std::printf("bench_pipeline: %lld train / %lld test samples, %d epoch(s), %d micro-batches, best of %d, "
               "%u CPU core(s), load average %.1f at start\n",
@@ -458,9 +461,9 @@ int main(int argc, char** argv) {
   app.add_option("--limit-train", o.limit_train, "Training samples")->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--limit-test", o.limit_test, "Test samples")->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--epochs", o.epochs, "Epochs")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--schedule", o.schedule, "gpipe | 1f1b | both")
+  app.add_option("--schedule", o.schedule, "gpipe | 1f1b | zb1 | both (gpipe and 1f1b) | all (the three)")
       ->capture_default_str()
-      ->check(CLI::IsMember({"gpipe", "1f1b", "both"}));
+      ->check(CLI::IsMember({"gpipe", "1f1b", "zb1", "both", "all"}));
   app.add_option("--planner", o.planner,
                  "balance (every daemon gets a stage) | auto (profile + planner; prints predicted vs measured)")
       ->capture_default_str()
