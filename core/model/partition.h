@@ -6,6 +6,12 @@
 // activations of each micro-batch in flight until that micro-batch's backward
 // pass: forward(x, mb) then, later, backward(dy, mb), for any interleaving of
 // micro-batches (GPipe, 1F1B). Local training is the partition [0, n).
+//
+// With recomputation (set_recompute) a training forward keeps only the input x
+// and the dropout seed of each micro-batch; backward(mb) first runs the forward
+// again with that seed (the same dropout masks, the same activations), then
+// back-propagates as without it. The activations then live for one backward at
+// a time instead of from each forward to its backward.
 #pragma once
 
 #include <cstdint>
@@ -51,16 +57,25 @@ class Partition {
   // need_dx, else an undefined Tensor. Frees the micro-batch's activations.
   // Throws std::logic_error when mb has no pending forward.
   Tensor backward(const Tensor& dy, int microbatch, bool need_dx);
-  // Micro-batches whose activations are held, and the bytes they take.
+  // Micro-batches whose activations (or, recomputing, inputs) are held, and the bytes they take.
   size_t in_flight() const { return stash_.size(); }
   size_t stash_bytes() const;
+
+  // Recompute activations in backward (see the file comment). Changes only
+  // between batches: throws std::logic_error while micro-batches are in flight.
+  void set_recompute(bool on);
+  bool recompute() const { return recompute_; }
 
  private:
   void bind_ties();
   struct Stash {
     std::vector<Tensor> acts;            // acts[i] = input of local layer i; back() = output
-    std::vector<LayerContext> contexts;  // one per local layer
+    std::vector<LayerContext> contexts;  // one per local layer; empty when only the input is kept
+    uint64_t seed = 0;                   // the forward's dropout seed, to run it again
   };
+  // The layers' forward from x: keep_all keeps every activation and context
+  // (what backward needs), else only x and the latest activation.
+  Stash run_layers(const Tensor& x, bool training, bool keep_all, uint64_t seed);
   Device* device_;
   ModelSpec spec_;
   int begin_, end_;
@@ -68,6 +83,7 @@ class Partition {
   std::vector<int64_t> offsets_;
   Tensor params_, grads_;
   std::map<int, Stash> stash_;
+  bool recompute_ = false;
 };
 
 }  // namespace cleave
