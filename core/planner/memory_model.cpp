@@ -44,8 +44,8 @@ Recompute parse_recompute(const std::string& name) {
   if (name == "none") return Recompute::none;
   if (name == "all") return Recompute::all;
   if (name == "auto") return Recompute::when_needed;
-  throw std::invalid_argument("unknown --recompute '" + name +
-                              "': use none (keep every activation), all (every stage recomputes its activations in "
+  throw std::invalid_argument("'" + name +
+                              "' is not a recompute mode: use none (keep every activation), all (every stage recomputes its activations in "
                               "backward) or auto (only the stages that would not fit otherwise)");
 }
 
