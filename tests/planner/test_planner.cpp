@@ -112,7 +112,11 @@ ModelProfile uniform_model(int n, int64_t params = 1000) {
 
 Cluster equal_devices(int d, int64_t memory = int64_t{1} << 30) {
   Cluster c;
-  for (int k = 0; k < d; ++k) c.devices.push_back({"d" + std::to_string(k), memory, 10, std::nullopt});
+  for (int k = 0; k < d; ++k) {
+    std::string name = "d";  // appended: `"d" + std::to_string(k)` trips GCC 12's false -Wrestrict (bug 105329)
+    name += std::to_string(k);
+    c.devices.push_back({name, memory, 10, std::nullopt});
+  }
   c.default_link = {1000, 0.1, std::nullopt};
   return c;
 }
@@ -184,7 +188,7 @@ TEST_CASE("a device with little memory gets less work", "[planner]") {
   for (const StagePlan& st : p.stages) CHECK(st.memory_bytes <= st.memory_available);
 }
 
-TEST_CASE("--recompute auto recomputes only the stage that would not fit otherwise, and pays its forward",
+TEST_CASE("with --recompute auto only the stage that would not fit otherwise recomputes, paying its forward",
           "[planner][recompute]") {
   ModelProfile m = uniform_model(8);
   for (LayerProfile& l : m.layers) l.stash_bytes = 4096 + (1 << 16);  // 64 KiB of context per sample and layer

@@ -507,10 +507,6 @@ nlohmann::json Driver::result(const EvalResult& ev, int64_t parameters) const {
   return out;
 }
 
-// Each stage's memory: the one model's estimate for the stage on its daemon's
-// backend (what the planner placed it with and the daemon admitted it with),
-// and the peak its daemon's device really held (0 where the backend cannot
-// tell: GPUs).
 std::vector<StageMemory> Driver::stage_memories() const {
   std::vector<std::optional<Backend>> backends;
   for (const auto& d : devices_) backends.push_back(registered_backend(d.details));
@@ -518,6 +514,10 @@ std::vector<StageMemory> Driver::stage_memories() const {
   return pipeline_memory(spec_, bounds_, cfg_.optimizer, cfg_.batch, cfg_.microbatches, schedule_, backends, recompute);
 }
 
+// Each stage's memory: the one model's estimate for the stage on its daemon's
+// backend (what the planner placed it with and the daemon admitted it with),
+// whether it recomputes its activations, and the peak its daemon's device
+// really held (0 where the backend cannot tell: GPUs).
 nlohmann::json Driver::stages_json() const {
   const auto memory = stage_memories();
   nlohmann::json out = nlohmann::json::array();
