@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdio>
+#include <stdexcept>
 #include <string>
 
 #include <CLI/CLI.hpp>
@@ -68,6 +69,22 @@ inline CLI::Validator within(double lo, double hi, bool hi_open = false) {
         return ok ? std::string() : "must be in " + range + ", got " + in;
       },
       "in " + range, "within");
+}
+
+// Accepted by `parse` (a function that throws std::invalid_argument, whose
+// message is the error, for a bad value), e.g. parse_recompute.
+template <typename Parse>
+CLI::Validator parsed_by(Parse parse, const std::string& description) {
+  return CLI::Validator(
+      [parse](std::string& in) -> std::string {
+        try {
+          (void)parse(in);
+          return {};
+        } catch (const std::invalid_argument& e) {
+          return e.what();
+        }
+      },
+      description, "parsed_by");
 }
 
 }  // namespace cleave::flag_checks

@@ -251,7 +251,7 @@ flatbuffers::Offset<fb::Command> build_command(Builder& b, const CommandMsg& com
 std::pair<fb::JobSpec, flatbuffers::Offset<void>> build_job(Builder& b, const JobSpec& job) {
   if (const auto* p = std::get_if<PipelineJob>(&job)) {
     auto off = fb::CreatePipelineJob(b, static_cast<fb::Schedule>(p->schedule), p->microbatches, p->seed, p->batch,
-                                     p->job_id, p->plan_epoch);
+                                     p->job_id, p->plan_epoch, p->recompute);
     return {fb::JobSpec::PipelineJob, off.Union()};
   }
   if (const auto* f = std::get_if<FedJob>(&job))
@@ -325,7 +325,7 @@ std::string read_job(const fb::Assign& a, JobSpec& out) {
     case fb::JobSpec::PipelineJob: {
       const auto* p = a.job_as_PipelineJob();
       out = PipelineJob{static_cast<uint8_t>(p->schedule()), p->microbatches(), p->seed(), p->batch(), p->job_id(),
-                        p->plan_epoch()};
+                        p->plan_epoch(), p->recompute()};
       return {};
     }
     case fb::JobSpec::FedJob: {

@@ -123,6 +123,7 @@ struct PipelineJob {
   int64_t batch = 64;
   uint64_t job_id = 0;      // the coordinator's run (random per run)
   uint32_t plan_epoch = 0;  // its plan: 0, then +1 at every re-plan after a lost device
+  bool recompute = false;   // the stage recomputes its activations in backward (--recompute)
   bool operator==(const PipelineJob&) const = default;
 };
 struct FedJob {

@@ -19,7 +19,7 @@ void add_plan_command(CLI::App& root) {
   auto* cmd = root.add_subcommand("plan", "Plan which device runs which layers, offline, from a devices file");
   struct PlanFlags {
     std::string model, devices, json_path;
-    std::string schedule = "1f1b", optimizer = "adam", encoding = "f32";
+    std::string schedule = "1f1b", optimizer = "adam", encoding = "f32", recompute = "none";
     int microbatches = 4, max_stages = 0;
     int64_t batch = 64;
     double momentum = 0;
@@ -40,6 +40,11 @@ void add_plan_command(CLI::App& root) {
   cmd->add_option("--encoding", f->encoding, "f32 | f16 | int8: activations and gradients on links")
       ->capture_default_str()
       ->check(CLI::IsMember({"f32", "f16", "int8"}));
+  cmd->add_option("--recompute", f->recompute,
+                  "none | all | auto: stages keep only their inputs and recompute activations in backward (auto: "
+                  "only where a stage would not fit otherwise)")
+      ->capture_default_str()
+      ->check(flag_checks::parsed_by(parse_recompute, "none|all|auto"));
   cmd->add_option("--max-stages", f->max_stages, "At most this many stages (0: up to one per device)")
       ->capture_default_str()
       ->check(flag_checks::non_negative());
@@ -54,6 +59,7 @@ void add_plan_command(CLI::App& root) {
     options.batch = f->batch;
     options.encoding = transport::parse_encoding(f->encoding);
     options.max_stages = f->max_stages;
+    options.recompute = parse_recompute(f->recompute);
     Plan result;
     try {
       result = plan_shared_hosts(profile, cluster, options);

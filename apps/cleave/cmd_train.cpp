@@ -8,6 +8,7 @@
 #include "apps/cleave/run_record.h"
 #include "apps/cleave/train_flags.h"
 #include "apps/flag_checks.h"
+#include "core/planner/memory_model.h"
 #include "core/runtime/coordinator/pipeline.h"
 #include "core/train/local_trainer.h"
 
@@ -35,6 +36,10 @@ void add_train_command(CLI::App& root) {
   cmd->add_option("--trace", cluster->trace_path, "Pipeline: write a Chrome trace (Perfetto / chrome://tracing) here");
   cmd->add_option("--peer-timeout", cluster->peer_timeout_ms, "Pipeline: a device silent this many ms is declared dead")
       ->capture_default_str()->check(flag_checks::positive());
+  cmd->add_option("--recompute", cluster->recompute,
+                  "Pipeline: none | all (every stage keeps only its inputs and recomputes activations in backward) | "
+                  "auto (only stages that would not fit otherwise)")
+      ->capture_default_str()->check(flag_checks::parsed_by(parse_recompute, "none|all|auto"));
   cmd->add_option("--planner", cluster->planner,
                   "Pipeline: auto (profile devices and links, plan stages) | balance (even split over all devices)")
       ->capture_default_str()->check(CLI::IsMember({"auto", "balance"}));
@@ -55,7 +60,7 @@ void add_train_command(CLI::App& root) {
     require_writable("--trace", cluster->trace_path);
     nlohmann::json result;
     if (*local) {
-      for (const char* f : {"--checkpoint-dir", "--checkpoint-every", "--max-recoveries", "--resume"})
+      for (const char* f : {"--checkpoint-dir", "--checkpoint-every", "--max-recoveries", "--resume", "--recompute"})
         if (cmd->count(f) > 0) throw UsageError(std::string(f) + " is for pipeline training: drop --local");
       result = train_local(flags->config);
     } else {

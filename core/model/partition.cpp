@@ -4,6 +4,7 @@
 // Forward keeps references to x and to every layer's output (no copies): the
 // caller must not overwrite x or the returned output until backward(mb) has run.
 // Backward releases each activation as soon as the layer that needed it is done.
+// Recomputing, forward keeps x alone and backward rebuilds the rest first.
 #include "core/model/partition.h"
 
 #include <stdexcept>
@@ -104,9 +105,20 @@ Tensor Partition::forward(const Tensor& x, int microbatch, bool training, uint64
   if (training && stash_.count(microbatch))
     throw std::logic_error("partition " + range_str(begin_, end_) + ": micro-batch " + std::to_string(microbatch) +
                            " already has a pending forward (run its backward first)");
+  Stash s = run_layers(x, training, training && !recompute_, seed);
+  Tensor out = s.acts.back();
+  if (training) {
+    if (recompute_) s.acts.resize(1);  // the input and the seed: backward runs the layers again
+    stash_.emplace(microbatch, std::move(s));
+  }
+  return out;
+}
+
+Partition::Stash Partition::run_layers(const Tensor& x, bool training, bool keep_all, uint64_t seed) {
   const int64_t batch = x.dim(0);
   Stash s;
-  s.acts.reserve(layers_.size() + 1);
+  s.seed = seed;
+  s.acts.reserve(keep_all ? layers_.size() + 1 : 2);
   s.contexts.resize(layers_.size());
   s.acts.push_back(x);
   for (size_t l = 0; l < layers_.size(); ++l) {
@@ -114,16 +126,16 @@ Tensor Partition::forward(const Tensor& x, int microbatch, bool training, uint64
     Tensor y(*device_, nn_detail::with_batch(batch, spec_.shapes[static_cast<size_t>(global + 1)]));
     s.contexts[l].seed = derive_seed(seed, static_cast<uint64_t>(global));
     layers_[l]->forward(s.acts.back(), y, s.contexts[l], training);
-    if (training) {
+    if (keep_all) {
       s.acts.push_back(std::move(y));
     } else {
-      s.acts.back() = std::move(y);  // evaluation: keep only the latest activation
+      // Only the latest activation (and the input, which the stash keeps).
+      if (s.acts.size() == 2) s.acts.back() = std::move(y); else s.acts.push_back(std::move(y));
       s.contexts[l].saved.clear();
     }
   }
-  Tensor out = s.acts.back();
-  if (training) stash_.emplace(microbatch, std::move(s));
-  return out;
+  if (!keep_all) s.contexts.clear();
+  return s;
 }
 
 Partition::Stash Partition::take_stash(const Tensor& dy, int microbatch, const char* pass) {
@@ -139,6 +151,8 @@ Partition::Stash Partition::take_stash(const Tensor& dy, int microbatch, const c
                                 std::to_string(batch));
   Stash s = std::move(it->second);
   stash_.erase(it);  // freed whatever happens next
+  // Recomputing: the stash holds the input and seed only; run the forward again.
+  if (s.contexts.empty()) s = run_layers(s.acts.front(), /*training=*/true, /*keep_all=*/true, s.seed);
   return s;
 }
 
@@ -203,6 +217,13 @@ void Partition::backward_weight(int microbatch) {
     w.xs[i] = w.dys[i] = Tensor();
     w.contexts[i].saved.clear();
   }
+}
+
+void Partition::set_recompute(bool on) {
+  if (in_flight() != 0)
+    throw std::logic_error("partition " + range_str(begin_, end_) + ": recomputation changes only between batches (" +
+                           std::to_string(in_flight()) + " micro-batches in flight)");
+  recompute_ = on;
 }
 
 size_t Partition::stash_bytes() const {

@@ -7,6 +7,12 @@
 // pass: forward(x, mb) then, later, backward(dy, mb) — or backward_input(dy, mb)
 // then backward_weight(mb) (zb1) — for any interleaving of micro-batches
 // (GPipe, 1F1B, ZB-H1). Local training is the partition [0, n).
+//
+// With recomputation (set_recompute) a training forward keeps only the input x
+// and the dropout seed of each micro-batch; backward(mb) (or backward_input)
+// first runs the forward again with that seed (the same dropout masks, the
+// same activations), then back-propagates as without it. The activations then
+// live for one backward at a time instead of from each forward to its backward.
 #pragma once
 
 #include <cstdint>
@@ -64,17 +70,26 @@ class Partition {
   // micro-batch forwarded again before its W).
   Tensor backward_input(const Tensor& dy, int microbatch, bool need_dx);
   void backward_weight(int microbatch);
-  // Micro-batches whose activations are held (until backward, or until
-  // backward_weight), and the bytes they take.
+  // Micro-batches whose activations (or, recomputing, inputs) are held (until
+  // backward, or until backward_weight), and the bytes they take.
   size_t in_flight() const { return stash_.size() + weight_stash_.size(); }
   size_t stash_bytes() const;
+
+  // Recompute activations in backward (see the file comment). Changes only
+  // between batches: throws std::logic_error while micro-batches are in flight.
+  void set_recompute(bool on);
+  bool recompute() const { return recompute_; }
 
  private:
   void bind_ties();
   struct Stash {
     std::vector<Tensor> acts;            // acts[i] = input of local layer i; back() = output
-    std::vector<LayerContext> contexts;  // one per local layer
+    std::vector<LayerContext> contexts;  // one per local layer; empty when only the input is kept
+    uint64_t seed = 0;                   // the forward's dropout seed, to run it again
   };
+  // The layers' forward from x: keep_all keeps every activation and context
+  // (what backward needs), else only x and the latest activation.
+  Stash run_layers(const Tensor& x, bool training, bool keep_all, uint64_t seed);
   Device* device_;
   ModelSpec spec_;
   int begin_, end_;
@@ -91,6 +106,7 @@ class Partition {
   };
   Stash take_stash(const Tensor& dy, int microbatch, const char* pass);
   std::map<int, WeightStash> weight_stash_;
+  bool recompute_ = false;
 };
 
 }  // namespace cleave

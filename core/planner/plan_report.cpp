@@ -64,6 +64,7 @@ json to_json(const Plan& plan, const ModelProfile& model) {
               {"params", st.params},
               {"in_flight", st.in_flight},
               {"memory_bytes", st.memory_bytes},
+              {"recompute", st.recompute},
               {"weight_state_bytes", st.weight_state_bytes},
               {"memory_available", st.memory_available},
               {"compute_seconds", st.compute_seconds},
@@ -81,6 +82,7 @@ json to_json(const Plan& plan, const ModelProfile& model) {
           {"batch", plan.options.batch},
           {"microbatch_size", plan.microbatch_size},
           {"encoding", transport::encoding_name(plan.options.encoding)},
+          {"recompute", recompute_name(plan.options.recompute)},
           {"num_stages", plan.stages.size()},
           {"stages", stages},
           {"unused_devices", plan.unused_devices},
@@ -95,7 +97,8 @@ json to_json(const Plan& plan, const ModelProfile& model) {
 
 std::string format_plan_table(const Plan& plan, const ModelProfile& model) {
   std::vector<std::vector<std::string>> rows;
-  rows.push_back({"stage", "device", "layers", "params", "memory used / available", "compute/batch", "transfer/batch", ""});
+  rows.push_back({"stage", "device", "layers", "params", "memory used / available", "recompute", "compute/batch",
+                  "transfer/batch", ""});
   for (size_t s = 0; s < plan.stages.size(); ++s) {
     const StagePlan& st = plan.stages[s];
     std::string layers = st.end - st.begin == 1 ? std::to_string(st.begin)
@@ -111,7 +114,7 @@ std::string format_plan_table(const Plan& plan, const ModelProfile& model) {
     rows.push_back({std::to_string(s), st.device_name, layers, std::to_string(st.params),
                     format_bytes(static_cast<double>(st.memory_bytes)) + " / " +
                         format_bytes(static_cast<double>(st.memory_available)),
-                    format_seconds(st.compute_seconds),
+                    st.recompute ? "yes" : "no", format_seconds(st.compute_seconds),
                     s + 1 < plan.stages.size() ? format_seconds(st.transfer_seconds) + " -> " + plan.stages[s + 1].device_name
                                                : "-",
                     mark});

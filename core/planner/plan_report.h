@@ -2,7 +2,8 @@
 //
 // to_json holds the options, the per-layer profile the plan used (FLOPs and
 // bytes), every stage (device, layer range, parameters, memory needed and
-// available, predicted compute and transfer time per batch, bottleneck flag)
+// available, whether it recomputes its activations, predicted compute and
+// transfer time per batch, bottleneck flag)
 // and the prediction (bottleneck, batch time, samples/s). format_plan_table
 // prints the same per stage, the bottleneck marked.
 #pragma once
@@ -27,7 +28,8 @@ nlohmann::json to_json(const Plan& plan, const ModelProfile& model);
 nlohmann::json profile_to_json(const ModelProfile& model);
 
 // The table: stage, device, layers, parameters, memory used / available,
-// compute and transfer per batch, bottleneck marked; then the prediction.
+// recompute (yes / no), compute and transfer per batch, bottleneck marked;
+// then the prediction.
 std::string format_plan_table(const Plan& plan, const ModelProfile& model);
 
 }  // namespace cleave

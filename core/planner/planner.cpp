@@ -39,6 +39,13 @@ double encoding_factor(transport::Encoding e) {
   return static_cast<double>(transport::encoded_element_size(e)) / sizeof(float);
 }
 
+// The forward's share of a layer's measured forward + backward time, by the
+// profile's FLOPs (backward = 2x forward with parameters, 1x without).
+double forward_share(const LayerProfile& l) {
+  if (l.fwd_flops + l.bwd_flops > 0) return static_cast<double>(l.fwd_flops) / static_cast<double>(l.fwd_flops + l.bwd_flops);
+  return l.param_count > 0 ? 1.0 / 3 : 0.5;
+}
+
 void check_link(const LinkProfile& l, const std::string& what) {
   if (!std::isfinite(l.mbps) || l.mbps <= 0)
     throw PlanError(what + ": bandwidth must be a positive number of Mbit/s, got " + std::to_string(l.mbps));
@@ -76,6 +83,7 @@ CostModel::CostModel(const ModelProfile& model, const Cluster& cluster, const Pl
 
   prefix_seconds_.assign(d_, std::vector<double>(n_ + 1, 0.0));
   prefix_update_.assign(d_, std::vector<double>(n_ + 1, 0.0));
+  prefix_forward_.assign(d_, std::vector<double>(n_ + 1, 0.0));
   memory_.resize(d_);
   for (int k = 0; k < d_; ++k) {
     const DeviceProfile& dev = cluster.devices[k];
@@ -96,6 +104,7 @@ CostModel::CostModel(const ModelProfile& model, const Cluster& cluster, const Pl
         if (!finite_nonneg(t[i]))
           throw PlanError(device_label(cluster, k) + ": measured time of layer " + std::to_string(i) + " must be >= 0");
         prefix_seconds_[k][i + 1] = prefix_seconds_[k][i] + t[i];
+        prefix_forward_[k][i + 1] = prefix_forward_[k][i] + t[i] * forward_share(model.layers[i]);
       }
     } else {
       if (!std::isfinite(dev.gflops) || dev.gflops <= 0)
@@ -105,6 +114,7 @@ CostModel::CostModel(const ModelProfile& model, const Cluster& cluster, const Pl
         const LayerProfile& l = model.layers[i];
         prefix_seconds_[k][i + 1] =
             prefix_seconds_[k][i] + static_cast<double>(l.fwd_flops + l.bwd_flops) / flops_per_second;
+        prefix_forward_[k][i + 1] = prefix_forward_[k][i] + static_cast<double>(l.fwd_flops) / flops_per_second;
       }
     }
   }
@@ -140,6 +150,11 @@ CostModel::CostModel(const ModelProfile& model, const Cluster& cluster, const Pl
     }
     device_model_.push_back(static_cast<int>(it - backends.begin()));
   }
+}
+
+bool CostModel::recomputes(int device, int begin, int end, int in_flight) const {
+  if (options_.recompute != Recompute::when_needed) return options_.recompute == Recompute::all;
+  return stage_recomputes(options_.recompute, stage_memory(device, begin, end, in_flight, false).total(), memory_[device]);
 }
 
 double CostModel::transfer_seconds(int from, int to, int cut) const {
@@ -188,10 +203,11 @@ Plan evaluate_plan(const CostModel& cost, const std::vector<int>& devices, const
     for (int i = st.begin; i < st.end; ++i) st.params += model.layers[i].param_count;
     st.in_flight = cost.in_flight(p, s);
     st.memory = cost.stage_memory(st.device, st.begin, st.end, st.in_flight);
+    st.recompute = st.memory.recompute;
     st.weight_state_bytes = static_cast<int64_t>(st.memory.weight_state());
     st.memory_bytes = static_cast<int64_t>(st.memory.total());
     st.memory_available = cost.device_memory(st.device);
-    st.compute_seconds = cost.compute_seconds(st.device, st.begin, st.end);
+    st.compute_seconds = cost.stage_seconds(st.device, st.begin, st.end, st.in_flight);
     if (s + 1 < p) {
       st.transfer_seconds = cost.transfer_seconds(st.device, devices[s + 1], st.end);
       st.transfer_bytes = cost.transfer_bytes(st.device, devices[s + 1], st.end);
@@ -312,6 +328,21 @@ class Search {
           }
           g_mem_[gidx(k, fi, i)] = lo;
         }
+    // g_plain_[same index]: smallest start h such that [h, i) runs without recomputing
+    // (CostModel::recomputes, monotone in h like the memory): 0 for none, past every
+    // start for all, the memory model without recomputation against the device for auto.
+    g_plain_.assign(g_mem_.size(), o.recompute == Recompute::all ? n_ + 1 : 0);
+    if (o.recompute == Recompute::when_needed)
+      for (int k = 0; k < d_; ++k)
+        for (int fi = 0; fi < nf_; ++fi)
+          for (int i = 1; i <= n_; ++i) {
+            int lo = 0, hi = i;
+            while (lo < hi) {
+              const int mid = (lo + hi) / 2;
+              if (c_.recomputes(k, mid, i, f_of(fi))) lo = mid + 1; else hi = mid;
+            }
+            g_plain_[gidx(k, fi, i)] = lo;
+          }
     g_.resize(g_mem_.size());
     // trans_[(a * d + b) * (n + 1) + i]: transfer_seconds(a, b, i) for 1 <= i < n.
     trans_.assign(static_cast<size_t>(d_) * d_ * (n_ + 1), kInf);
@@ -401,7 +432,7 @@ class Search {
         const Word* mask = link(k, k2);
         for (int i = h + 1; i < n_; ++i) {
           if (!test(r, i) || !test(mask, i) || g_[gidx(k, fi, i)] > h) continue;
-          const double v = std::max(c_.compute_seconds(k, h, i), trans_[tidx(k, k2, i)]);
+          const double v = std::max(cost(k, fi, h, i), trans_[tidx(k, k2, i)]);
           if (v < best) {
             best = v;
             best_next = k2;
@@ -428,13 +459,14 @@ class Search {
     best[at(0, 0)] = 0;
     for (int s = 0; s < p; ++s) {
       const int k = seq[s];
-      const int* gm = &g_mem_[gidx(k, fi_of(p - s), 0)];
+      const int fi = fi_of(p - s);
+      const int* gm = &g_mem_[gidx(k, fi, 0)];
       for (int j = s + 1; j <= n_ - (p - 1 - s); ++j) {
         double bv = kInf;
         int ba = -1;
         for (int i = j - 1; i >= s; --i) {
           if (i < gm[j]) break;  // [i, j) does not fit k's memory with its in-flight count
-          const double comp = c_.compute_seconds(k, i, j);
+          const double comp = cost(k, fi, i, j);
           if (comp >= bv) break;
           const double prev = best[at(s, i)];
           if (prev == kInf) continue;
@@ -457,15 +489,19 @@ class Search {
   }
 
   // Every value the optimal bottleneck can take in [lo, hi): stage compute times
-  // and cut transfer times.
+  // (with and without the recomputed forward, for any in-flight count) and cut
+  // transfer times.
   std::vector<double> candidates(double lo, double hi) const {
     std::vector<double> out;
+    const bool recomputing = c_.options().recompute != Recompute::none;
     for (int k = 0; k < d_; ++k)
       for (int h = 0; h < n_; ++h)
         for (int i = h + 1; i <= n_; ++i) {
           const double v = c_.compute_seconds(k, h, i);
           if (v >= hi) break;
           if (v >= lo) out.push_back(v);
+          const double r = v + c_.recompute_seconds(k, h, i);
+          if (recomputing && r >= lo && r < hi) out.push_back(r);
         }
     for (int a = 0; a < d_; ++a)
       for (int b = 0; b < d_; ++b) {
@@ -512,7 +548,7 @@ class Search {
         for (int h = 0; h < n_; ++h) {
           e = std::max(e, h);
           while (e < n_ && gm[e + 1] <= h) {
-            const double v = c_.compute_seconds(k, h, e + 1);
+            const double v = cost(k, fi, h, e + 1);
             if (strict ? !(v < t) : !(v <= t)) break;
             ++e;
           }
@@ -736,6 +772,13 @@ class Search {
   }
 
   int f_of(int fi) const { return flight_stages_ > 0 ? c_.in_flight(flight_stages_, 0) : c_.in_flight(fi + 1, 0); }
+  // Seconds of the stage [h, i) on device k with in-flight index fi: its compute,
+  // plus the recomputed forward where it recomputes (CostModel::stage_seconds).
+  // Nonincreasing in h and nondecreasing in i, as the search needs.
+  double cost(int k, int fi, int h, int i) const {
+    const double c = c_.compute_seconds(k, h, i);
+    return h >= g_plain_[gidx(k, fi, i)] ? c : c + c_.recompute_seconds(k, h, i);
+  }
   // Index of the in-flight count of the first stage of a suffix of `suffix_stages` stages.
   int fi_of(int suffix_stages) const { return std::min(suffix_stages, nf_) - 1; }
   size_t gidx(int k, int fi, int i) const { return (static_cast<size_t>(k) * nf_ + fi) * (n_ + 1) + i; }
@@ -758,13 +801,14 @@ class Search {
 
   // Threshold-dependent tables: g_ (smallest stage start for each end) and link masks.
   void prepare(double t) {
-    for (int k = 0; k < d_; ++k) {
-      int h = 0;
-      for (int i = 1; i <= n_; ++i) {  // smallest h with compute(h, i) <= t; nondecreasing in i
-        while (h < i && c_.compute_seconds(k, h, i) > t) ++h;
-        for (int fi = 0; fi < nf_; ++fi) g_[gidx(k, fi, i)] = std::max(h, g_mem_[gidx(k, fi, i)]);
+    for (int k = 0; k < d_; ++k)
+      for (int fi = 0; fi < nf_; ++fi) {
+        int h = 0;
+        for (int i = 1; i <= n_; ++i) {  // smallest h with cost(h, i) <= t; nondecreasing in i
+          while (h < i && cost(k, fi, h, i) > t) ++h;
+          g_[gidx(k, fi, i)] = std::max(h, g_mem_[gidx(k, fi, i)]);
+        }
       }
-    }
     // cap_[k]: the most reference work one stage on k can hold (compute <= t and memory
     // with the fewest micro-batches in flight), for the capacity bound.
     const int loosest = 0;  // GPipe: the only in-flight count; 1F1B: one micro-batch
@@ -842,7 +886,7 @@ class Search {
   const CostModel& c_;
   int n_, d_, max_stages_, words_, nf_;
   int flight_stages_ = 0;  // > 0: every stage keeps in_flight(flight_stages_, 0) (ZB-H1's bound)
-  std::vector<int> g_mem_, g_;
+  std::vector<int> g_mem_, g_plain_, g_;
   std::vector<double> trans_;
   std::vector<Word> link_mask_, single_;
   std::vector<double> tau_prefix_, rho_, cap_, cap_sum_;
@@ -879,6 +923,8 @@ std::string describe_layer(const CostModel& c, int i) {
                                    format_bytes(static_cast<double>(c.device_memory(largest)));
   // The fewest micro-batches any stage keeps: 1 for the last stage under 1F1B.
   const int min_flight = c.in_flight(1, 0);
+  const std::string recompute_hint =
+      o.recompute == Recompute::none ? ", or recompute activations in backward (--recompute auto)" : "";
   for (int i = 0; i < c.num_layers(); ++i) {
     bool fits = false;
     for (int k = 0; k < c.num_devices() && !fits; ++k) fits = c.memory_bytes(k, i, i + 1, min_flight) <= c.device_memory(k);
@@ -888,7 +934,7 @@ std::string describe_layer(const CostModel& c, int i) {
                       format_bytes(static_cast<double>(c.fixed_bytes(i, i + 1))) + " of weights + gradients + optimizer state + " +
                       format_bytes(static_cast<double>(c.activation_bytes(largest, i, i + 1, min_flight))) + " of activations " +
                       batch_desc + ") and fits on no device: " + largest_desc +
-                      "; add memory, lower --batch or --microbatches, or use a smaller optimizer state");
+                      "; add memory, lower --batch or --microbatches, or use a smaller optimizer state" + recompute_hint);
     }
   }
   const int64_t fixed = c.fixed_bytes(0, c.num_layers());
@@ -904,7 +950,7 @@ std::string describe_layer(const CostModel& c, int i) {
                   format_bytes(static_cast<double>(fixed)) + ", the whole model's activations " + batch_desc + " add " +
                   format_bytes(static_cast<double>(c.activation_bytes(largest, 0, c.num_layers(), min_flight))) +
                   ", devices total " + format_bytes(static_cast<double>(total_memory)) + " (" + largest_desc +
-                  "); add memory or devices, lower --batch or --microbatches");
+                  "); add memory or devices, lower --batch or --microbatches" + recompute_hint);
 }
 
 }  // namespace

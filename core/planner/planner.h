@@ -8,7 +8,10 @@
 // (activations forward + gradients back). Ties go to fewer stages. Every stage
 // must fit its device's memory: weights, gradients, optimizer state, the
 // micro-batches the schedule keeps in flight and one micro-batch of working
-// buffers (memory_model.h, the one memory model). The search is exact
+// buffers (memory_model.h, the one memory model). With --recompute all every
+// stage keeps only its inputs and recomputes its activations in backward,
+// paying its forward again; with auto a stage does so exactly when it would
+// not fit its device otherwise (and the search weighs that cost). The search is exact
 // (docs/planner.md gives the cost model, the algorithm and the optimality
 // argument); CostModel is the one place the costs are computed, shared by the
 // planner, its report and the tests' brute force.
@@ -38,6 +41,7 @@ struct PlanOptions {
   int64_t batch = 64;                // B >= M samples per optimizer step
   transport::Encoding encoding = transport::Encoding::kF32;  // activations / gradients on links (unless a link overrides)
   int max_stages = 0;                // 0: up to one stage per device
+  Recompute recompute = Recompute::none;  // none | all | when_needed (auto): where stages recompute activations
 };
 
 // The cost model of docs/planner.md. Built once per problem; validates the
@@ -57,6 +61,19 @@ class CostModel {
     return static_cast<double>(batch_) * (prefix_seconds_[device][end] - prefix_seconds_[device][begin]) +
            (prefix_update_[device][end] - prefix_update_[device][begin]);
   }
+  // The forward of layers [begin, end) for B samples on `device` once more:
+  // what recomputing the stage's activations in backward adds.
+  double recompute_seconds(int device, int begin, int end) const {
+    return static_cast<double>(batch_) * (prefix_forward_[device][end] - prefix_forward_[device][begin]);
+  }
+  // Whether that stage recomputes under options().recompute: never (none),
+  // always (all), or when it does not fit the device's memory otherwise (auto).
+  bool recomputes(int device, int begin, int end, int in_flight) const;
+  // compute_seconds, plus recompute_seconds where the stage recomputes.
+  double stage_seconds(int device, int begin, int end, int in_flight) const {
+    return compute_seconds(device, begin, end) +
+           (recomputes(device, begin, end, in_flight) ? recompute_seconds(device, begin, end) : 0.0);
+  }
   // The cut before layer `cut` (1 <= cut < n) from stage on `from` to the stage
   // on `to`: B samples of activations from -> to plus their gradients to -> from,
   // each M messages paying the link's latency.
@@ -68,9 +85,14 @@ class CostModel {
   int in_flight(int num_stages, int stage) const;
   // The memory model (memory_model.h) of a stage [begin, end) on `device`
   // (its DeviceProfile::backend) keeping `in_flight` micro-batches of
-  // microbatch_size() samples.
+  // microbatch_size() samples, recomputing where recomputes() says.
   StageMemory stage_memory(int device, int begin, int end, int in_flight) const {
-    return stage_models_[device_model_[device]].stage(begin, end, in_flight);
+    return stage_memory(device, begin, end, in_flight, recomputes(device, begin, end, in_flight));
+  }
+  // The same, recomputing or not whatever options().recompute says.
+  StageMemory stage_memory(int device, int begin, int end, int in_flight, bool recompute) const {
+    return stage_models_[device_model_[device]].stage(begin, end, in_flight, recompute,
+                                                      recompute_saves_memory(options_.schedule));
   }
   // Weights + gradients + optimizer state of layers [begin, end) (on any device).
   int64_t fixed_bytes(int begin, int end) const { return stage_models_.front().weight_state_bytes(begin, end); }
@@ -96,6 +118,7 @@ class CostModel {
   int64_t batch_, mb_;
   std::vector<std::vector<double>> prefix_seconds_;  // [device][i]: per-sample seconds of layers [0, i)
   std::vector<std::vector<double>> prefix_update_;   // [device][i]: optimizer-step seconds of layers [0, i)
+  std::vector<std::vector<double>> prefix_forward_;  // [device][i]: per-sample forward seconds of layers [0, i)
   std::vector<MemoryModel> stage_models_;  // one per distinct backend among the devices
   std::vector<int> device_model_;          // [device]: its model in stage_models_
   std::vector<int64_t> memory_;
@@ -111,8 +134,9 @@ struct StagePlan {
   int64_t memory_bytes = 0;      // needed: memory.total(), what the stage's daemon checks and the coordinator reports
   int64_t weight_state_bytes = 0;  // of which weights + grads + optimizer state
   StageMemory memory;            // memory_bytes by what holds it (memory_model.h)
+  bool recompute = false;        // the stage recomputes its activations in backward (memory.recompute)
   int64_t memory_available = 0;  // the device's usable memory
-  double compute_seconds = 0;    // per batch
+  double compute_seconds = 0;    // per batch, with the recomputed forward where the stage recomputes
   double transfer_seconds = 0;   // per batch, the cut after this stage (0 for the last)
   double transfer_bytes = 0;     // per batch, one direction, encoded (0 for the last)
   bool bottleneck = false;       // this stage's compute or outgoing transfer is the bottleneck

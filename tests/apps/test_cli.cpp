@@ -86,7 +86,7 @@ TEST_CASE("cleave train --help documents every flag", "[cli]") {
        {"--local", "--model", "--dataset", "--text", "--dataset-dir", "--epochs", "--batch", "--optimizer", "--lr",
         "--momentum", "--nesterov", "--weight-decay", "--lr-schedule", "--seed", "--json", "--limit-train",
         "--limit-test", "--max-steps", "--save", "--save-every", "--load", "--init", "--backend", "--threads",
-        "--no-progress"}) {
+        "--no-progress", "--recompute"}) {
     INFO(flag);
     CHECK(r.output.find(std::string(flag) + " ") != std::string::npos);
   }

@@ -76,6 +76,9 @@ TEST_CASE("bad command lines exit 2 and name the command's --help", "[cli]") {
   require_usage_error("train --local --model '" + kMlp + "' --epochs two", {"--epochs", "'two'"});
   require_usage_error("train --local --model '" + kMlp + "' --threads -1", {"--threads", "0 or more"});
   require_usage_error("train --model '" + kMlp + "' --devices 2", {"--key and --allow", "--local"});
+  require_usage_error("train --model '" + kMlp + "' --devices 2 --recompute some",
+                      {"--recompute", "'some'", "none", "all", "auto"});
+  require_usage_error("train --local --model '" + kMlp + "' --recompute all", {"--recompute", "pipeline", "--local"});
   // A flag the command parses but the run then cannot use is a run failure, exit 1.
   require_failure("train --local --model /nonexistent/model.json", {"/nonexistent/model.json"});
   // --help and --version are not errors.
@@ -173,6 +176,18 @@ TEST_CASE("cleave plan places a model on a devices file within each device's mem
   check_plan_stages(zplan, num_layers(kMlp), {"small", "big"});
   REQUIRE(zplan.at("stages").size() == plan.at("stages").size());
   CHECK(zplan.at("predicted_batch_seconds").get<double>() < plan.at("predicted_batch_seconds").get<double>());
+  // --recompute all: every stage recomputes its activations, in the JSON and the table.
+  const std::string recomputed = dir.file("recomputed.json");
+  const RunResult rc = run_cleave("plan --model '" + kMlp + "' --devices '" + devices +
+                                  "' --microbatches 2 --recompute all --json '" + recomputed + "'");
+  INFO(rc.output);
+  REQUIRE(rc.code == 0);
+  CHECK(rc.output.find("recompute") != std::string::npos);
+  const nlohmann::json all = read_json(recomputed);
+  CHECK(all.at("recompute") == "all");
+  for (const auto& st : all.at("stages")) CHECK(st.at("recompute") == true);
+  for (const auto& st : plan.at("stages")) CHECK(st.at("recompute") == false);  // the default: none
+  CHECK(plan.at("recompute") == "none");
 
   // Nothing fits: the run fails naming the model and the devices file.
   const std::string tiny = dir.file("tiny.json");
@@ -189,6 +204,8 @@ TEST_CASE("cleave plan places a model on a devices file within each device's mem
   require_usage_error("plan --model '" + kMlp + "' --devices '" + devices + "' --microbatches 0",
                       {"--microbatches", "must be positive"});
   require_usage_error("plan --model '" + kMlp + "' --devices '" + devices + "' --encoding f64", {"--encoding", "f64"});
+  require_usage_error("plan --model '" + kMlp + "' --devices '" + devices + "' --recompute sometimes",
+                      {"--recompute", "'sometimes'", "auto"});
   require_usage_error("plan --model '" + kMlp + "' --devices '" + devices + "' --max-stages -1",
                       {"--max-stages", "0 or more"});
 }

@@ -1,5 +1,6 @@
 // test_pipeline_daemons.cpp: issue 4's must-shows with real cleaved processes
-// over CURVE: pipelined training equals one-process training (every schedule),
+// over CURVE: pipelined training equals one-process training (every schedule,
+// and with every stage recomputing its activations, issue 17),
 // a daemon that dies makes the coordinator stop with a clear error naming the
 // device and step, and an assignment that does not fit is refused with sizes.
 #include <catch2/catch.hpp>
@@ -41,6 +42,36 @@ TrainConfig small_config(const std::string& model, int64_t limit_train, int64_t 
   return c;
 }
 
+// Each step's loss of `got` within `rel` of `want`'s, relatively.
+void check_losses(const nlohmann::json& got, const nlohmann::json& want, double rel, size_t steps) {
+  REQUIRE(want["losses"].size() == steps);
+  REQUIRE(got["losses"].size() == steps);
+  for (size_t i = 0; i < steps; ++i) {
+    const double x = want["losses"][i].get<double>(), y = got["losses"][i].get<double>();
+    INFO("step " << i << ": reference " << x << " pipeline " << y);
+    CHECK(std::abs(x - y) <= rel * std::abs(x));
+  }
+}
+
+// `cfg` across 3 daemons split evenly (--planner balance) under `schedule`,
+// --recompute `recompute`, writing a trace when `trace` (a file name in the
+// cluster's directory) is given.
+nlohmann::json train_on_three(const TrainConfig& cfg, const std::string& schedule, const std::string& recompute,
+                              const std::string& trace = "") {
+  DaemonCluster cluster(3);
+  ClusterOptions cl = cluster.options(3);
+  cl.schedule = schedule;
+  cl.recompute = recompute;
+  cl.shutdown_daemons = true;
+  if (!trace.empty()) cl.trace_path = cluster.dir() + "/" + trace;
+  cl.on_listening = [&](const std::string& ep) { cluster.start_all(ep); };
+  nlohmann::json out = train_pipeline(cfg, cl);
+  if (!trace.empty()) {
+    std::ifstream tf(cl.trace_path);
+    out["trace_events"] = nlohmann::json::parse(tf)["traceEvents"];
+  }
+  return out;
+}
 
 }  // namespace
 
@@ -50,22 +81,8 @@ TEST_CASE("3 daemons reproduce local training (gpipe, 1f1b and zb1)", "[integrat
   nlohmann::json local = train_local(cfg);
   for (const char* schedule : {"gpipe", "1f1b", "zb1"}) {
     DYNAMIC_SECTION("schedule " << schedule) {
-      DaemonCluster cluster(3);
-      ClusterOptions cl = cluster.options(3);
-      cl.schedule = schedule;
-      cl.shutdown_daemons = true;
-      cl.trace_path = cluster.dir() + "/trace.json";
-      cl.on_listening = [&](const std::string& ep) { cluster.start_all(ep); };
-      nlohmann::json piped = train_pipeline(cfg, cl);
-      const auto& a = local["losses"];
-      const auto& b = piped["losses"];
-      REQUIRE(a.size() == b.size());
-      REQUIRE(a.size() == 20);
-      for (size_t i = 0; i < a.size(); ++i) {
-        const double x = a[i].get<double>(), y = b[i].get<double>();
-        INFO("step " << i << ": local " << x << " pipeline " << y);
-        CHECK(std::abs(x - y) <= 1e-4 * std::abs(x));
-      }
+      nlohmann::json piped = train_on_three(cfg, schedule, "none", "trace.json");
+      check_losses(piped, local, 1e-4, 20);
       CHECK(std::abs(local["test_accuracy"].get<double>() - piped["test_accuracy"].get<double>()) <= 0.002);
       CHECK(piped["mode"] == "pipeline");
       CHECK(piped["devices"].size() == 3);
@@ -74,11 +91,9 @@ TEST_CASE("3 daemons reproduce local training (gpipe, 1f1b and zb1)", "[integrat
       CHECK(piped["plan"][2]["layers"][1] == 10);
       // The trace has a track per stage with forward/backward/send/receive/optimizer slices;
       // under zb1 the backward is its two halves, B and W.
-      std::ifstream tf(cl.trace_path);
-      auto trace = nlohmann::json::parse(tf);
       std::set<std::string> names;
       std::set<int> tids;
-      for (const auto& e : trace["traceEvents"]) {
+      for (const auto& e : piped["trace_events"]) {
         names.insert(e["name"].get<std::string>());
         if (e["ph"] == "X") tids.insert(e["tid"].get<int>());
       }
@@ -88,6 +103,38 @@ TEST_CASE("3 daemons reproduce local training (gpipe, 1f1b and zb1)", "[integrat
       CHECK(names.count("B") == (zb1 ? 1u : 0u));
       CHECK(names.count("W") == (zb1 ? 1u : 0u));
       CHECK(tids.size() == 3);
+    }
+  }
+}
+
+// Issue 17: every stage keeping only its inputs and recomputing its
+// activations in backward trains exactly as keeping them (1e-6) and so as one
+// process (1e-4); the run's JSON says which stages recompute.
+TEST_CASE("3 daemons with --recompute all reproduce local training (gpipe, 1f1b and zb1)", "[integration][pipeline]") {
+  CLEAVE_SKIP_UNLESS_FASHION_MNIST();
+  TrainConfig cfg = small_config("models/cnn.json", 320, 100);
+  const nlohmann::json local = train_local(cfg);
+  for (const char* schedule : {"gpipe", "1f1b", "zb1"}) {
+    DYNAMIC_SECTION("schedule " << schedule) {
+      const nlohmann::json kept = train_on_three(cfg, schedule, "none");
+      const nlohmann::json recomputed = train_on_three(cfg, schedule, "all");
+      check_losses(recomputed, kept, 1e-6, 10);
+      check_losses(recomputed, local, 1e-4, 10);
+      CHECK(recomputed["recompute"] == "all");
+      CHECK(kept["recompute"] == "none");
+      REQUIRE(recomputed["stages"].size() == 3);
+      for (size_t s = 0; s < 3; ++s) {
+        const auto& st = recomputed["stages"][s];
+        INFO(st.dump());
+        CHECK(st["recompute"] == true);
+        CHECK(kept["stages"][s]["recompute"] == false);
+        // The estimate bounds what the daemon held, and it is the daemon's own.
+        CHECK(st["daemon_estimated_memory_bytes"] == st["estimated_memory_bytes"]);
+        CHECK(st["peak_memory_bytes"].get<int64_t>() <= st["estimated_memory_bytes"].get<int64_t>());
+        // Recomputing needs no more than keeping (less for the middle and last stages'
+        // activations; under zb1 the same, memory_model.h: recompute_saves_memory).
+        CHECK(st["estimated_memory_bytes"].get<int64_t>() <= kept["stages"][s]["estimated_memory_bytes"].get<int64_t>());
+      }
     }
   }
 }

@@ -212,6 +212,50 @@ TEST_CASE("partition: dropout follows the seed and evaluation keeps nothing", "[
   CHECK(p.in_flight() == 3);  // evaluation forwards added nothing
 }
 
+TEST_CASE("partition: recomputing keeps only the inputs and back-propagates the same gradients",
+          "[model][partition][recompute]") {
+  const ModelSpec spec = mixed_model(0.5);  // dropout on: the recomputed masks must be the forward's
+  const int64_t batch = 3;
+  const Shape in = spec.shapes[2];  // layers [2, 11): from the GELU's input, so that dx crosses several layers
+  Rng rng(9);
+  const Tensor x0 = upload(cpu(), batched(batch, in), random_normal(rng, batch * numel(in)));
+  const Tensor x1 = upload(cpu(), batched(batch, in), random_normal(rng, batch * numel(in)));
+  const auto labels = labels_for(batch, 4);
+  struct Run {
+    std::vector<float> out0, out1, dx0, dx1, grads;
+    size_t stash_bytes = 0;
+  };
+  auto run = [&](bool recompute) {
+    Partition p(cpu(), spec, 2, 11);
+    p.init(4);
+    p.zero_grad();
+    p.set_recompute(recompute);
+    CHECK(p.recompute() == recompute);
+    Run r;
+    const Tensor o0 = p.forward(x0, 0, true, 21);
+    const Tensor o1 = p.forward(x1, 1, true, 22);
+    r.out0 = o0.to_host();
+    r.out1 = o1.to_host();
+    r.stash_bytes = p.stash_bytes();
+    CHECK_THROWS_WITH(p.set_recompute(!recompute), Contains("between batches") && Contains("2 micro-batches"));
+    r.dx1 = p.backward(loss_grad(o1, labels, 2 * batch), 1, true).to_host();  // the later one first, as 1F1B may
+    r.dx0 = p.backward(loss_grad(o0, labels, 2 * batch), 0, true).to_host();
+    CHECK(p.in_flight() == 0);
+    CHECK(p.stash_bytes() == 0);
+    r.grads = p.grads().to_host();
+    return r;
+  };
+  const Run kept = run(false), recomputed = run(true);
+  require_close(recomputed.out0, kept.out0, 1e-6);
+  require_close(recomputed.out1, kept.out1, 1e-6);
+  require_close(recomputed.dx0, kept.dx0, 1e-6);
+  require_close(recomputed.dx1, kept.dx1, 1e-6);
+  require_close(recomputed.grads, kept.grads, 1e-6);
+  // Two micro-batches in flight hold their inputs alone: 2 x batch x input floats.
+  CHECK(recomputed.stash_bytes == static_cast<size_t>(2 * batch * numel(in)) * sizeof(float));
+  CHECK(kept.stash_bytes > 3 * recomputed.stash_bytes);  // every layer's activations and contexts
+}
+
 TEST_CASE("partition: misuse is refused with clear errors", "[model][partition][errors]") {
   const ModelSpec spec = mixed_model(0.0);
   CHECK_THROWS_AS(Partition(cpu(), spec, 3, 3), std::invalid_argument);

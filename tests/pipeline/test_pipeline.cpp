@@ -232,84 +232,113 @@ std::vector<float> random_vector(size_t n, uint64_t seed, float scale = 1.f) {
   return v;
 }
 
-}  // namespace
-
-TEST_CASE("pipelined stages reproduce one-process training step for step", "[pipeline]") {
-  const char* text = R"({"name": "tiny", "input": [1, 8, 8], "loss": "cross_entropy", "layers": [
+const char* kTinyDropout = R"({"name": "tiny", "input": [1, 8, 8], "loss": "cross_entropy", "layers": [
     {"type": "conv2d", "out_channels": 4, "kernel": 3, "padding": 1}, {"type": "relu"},
     {"type": "maxpool2d", "kernel": 2}, {"type": "flatten"}, {"type": "linear", "out_features": 16},
     {"type": "dropout", "p": 0.25}, {"type": "tanh"}, {"type": "linear", "out_features": 5}]})";
-  ModelSpec spec = ModelSpec::parse(nlohmann::json::parse(text), "tiny");
-  DeviceOptions dopts;
-  dopts.threads = 1;
-  auto dev = open_device("cpu", dopts);
+
+// What a few training steps of a pipeline left: its loss per step and the whole model's weights.
+struct Trained {
+  std::vector<double> losses;
+  std::vector<float> params;
+  size_t trace_events = 0;
+  std::set<std::string> trace_names;
+};
+
+// Trains `steps` seeded batches of 10 tiny samples through the stages [bounds[s],
+// bounds[s + 1]), each on its own thread, under `kind` with m micro-batches,
+// every stage recomputing its activations or not.
+Trained train_in_process(Device& dev, const ModelSpec& spec, const std::vector<int>& bounds, ScheduleKind kind, int m,
+                         bool recompute) {
   OptimizerConfig ocfg;
   ocfg.kind = "adam";
   ocfg.lr = 0.01f;
   const int64_t batch = 10, steps = 3;
   const uint64_t seed = 7;
+  const int p = static_cast<int>(bounds.size()) - 1;
+  std::vector<std::unique_ptr<Stage>> stages;
+  std::vector<Stage*> ptrs;
+  for (int s = 0; s < p; ++s) {
+    stages.push_back(std::make_unique<Stage>(dev, spec, bounds[s], bounds[s + 1], s, p, ocfg));
+    stages.back()->partition().init(seed);
+    stages.back()->partition().set_recompute(recompute);
+    ptrs.push_back(stages.back().get());
+  }
+  Trained out;
+  StageTracer tracer(0);
+  for (int64_t step = 0; step < steps; ++step) {
+    std::vector<float> y(batch);
+    for (int64_t i = 0; i < batch; ++i) y[i] = static_cast<float>((i * 7 + step) % 5);
+    Wires w(p);
+    feed_batch(w, step, m, batch, random_vector(batch * 64, 100 + step), {1, 8, 8}, y);
+    const std::vector<StepMetrics> metrics = run_pipeline_step(ptrs, w, kind, m, step, batch, seed, &tracer, p - 1);
+    CHECK(metrics[p - 1].samples == batch);
+    out.losses.push_back(metrics[p - 1].loss_sum / batch);
+  }
+  for (auto& s : stages) {
+    const auto part = s->partition().params().to_host();
+    out.params.insert(out.params.end(), part.begin(), part.end());
+  }
+  out.trace_events = tracer.events().size();
+  for (const TraceEvent& e : tracer.events()) out.trace_names.insert(e.name);
+  return out;
+}
 
+// Losses within `rel` of each other, relatively, and weights within `margin`.
+void check_same_training(const Trained& got, const Trained& want, double rel, double margin) {
+  REQUIRE(got.losses.size() == want.losses.size());
+  for (size_t step = 0; step < want.losses.size(); ++step) {
+    INFO("step " << step);
+    CHECK(got.losses[step] == Approx(want.losses[step]).epsilon(rel));
+  }
+  REQUIRE(got.params.size() == want.params.size());
+  for (size_t i = 0; i < want.params.size(); ++i) REQUIRE(got.params[i] == Approx(want.params[i]).margin(margin));
+}
+
+}  // namespace
+
+TEST_CASE("pipelined stages reproduce one-process training step for step", "[pipeline]") {
+  ModelSpec spec = ModelSpec::parse(nlohmann::json::parse(kTinyDropout), "tiny");
+  DeviceOptions dopts;
+  dopts.threads = 1;
+  auto dev = open_device("cpu", dopts);
   for (ScheduleKind kind : {ScheduleKind::gpipe, ScheduleKind::one_f_one_b, ScheduleKind::zb1}) {
     for (int m : {1, 3}) {
       DYNAMIC_SECTION(schedule_name(kind) << " with " << m << " micro-batches") {
-        // Reference: one partition, same micro-batches, whole backwards (zb1 is checked
-        // against gpipe, so that a wrong B / W split cannot agree with itself).
+        // Reference: one partition, same micro-batches (zb1 is checked against gpipe,
+        // so that a wrong B / W split cannot agree with itself); then three stages
+        // on three threads.
         const ScheduleKind ref_kind = kind == ScheduleKind::zb1 ? ScheduleKind::gpipe : kind;
-        Stage ref(*dev, spec, 0, spec.num_layers(), 0, 1, ocfg);
-        ref.partition().init(seed);
-        std::vector<double> ref_losses;
-        std::vector<std::vector<float>> xs, ys;
-        for (int64_t step = 0; step < steps; ++step) {
-          xs.push_back(random_vector(batch * 64, 100 + step));
-          std::vector<float> y(batch);
-          for (int64_t i = 0; i < batch; ++i) y[i] = static_cast<float>((i * 7 + step) % 5);
-          ys.push_back(y);
-        }
-        auto feed = [&](Wires& w, int64_t step) { feed_batch(w, step, m, batch, xs[step], {1, 8, 8}, ys[step]); };
-        for (int64_t step = 0; step < steps; ++step) {
-          Wires w(1);
-          feed(w, step);
-          QueueIO io(w, 0, *dev);
-          auto acts = make_schedule(ref_kind, 0, 1, m);
-          ref_losses.push_back(ref.run(acts, io, step, batch, seed).loss_sum / batch);
-        }
-
-        // Three stages on three threads.
-        const int p = 3;
-        std::vector<int> bounds = {0, 3, 6, spec.num_layers()};
-        std::vector<std::unique_ptr<Stage>> stages;
-        for (int s = 0; s < p; ++s) {
-          stages.push_back(std::make_unique<Stage>(*dev, spec, bounds[s], bounds[s + 1], s, p, ocfg));
-          stages.back()->partition().init(seed);
-        }
-        std::vector<double> losses;
-        StageTracer tracer(0);
-        for (int64_t step = 0; step < steps; ++step) {
-          Wires w(p);
-          feed(w, step);
-          std::vector<Stage*> ptrs;
-          for (auto& st : stages) ptrs.push_back(st.get());
-          const std::vector<StepMetrics> metrics = run_pipeline_step(ptrs, w, kind, m, step, batch, seed, &tracer, 1);
-          losses.push_back(metrics[p - 1].loss_sum / batch);
-          CHECK(metrics[p - 1].samples == batch);
-        }
-        for (int64_t step = 0; step < steps; ++step) CHECK(losses[step] == Approx(ref_losses[step]).epsilon(1e-5));
-        // Weights after training agree too.
-        std::vector<float> whole = ref.partition().params().to_host(), joined;
-        for (auto& s : stages) {
-          auto part = s->partition().params().to_host();
-          joined.insert(joined.end(), part.begin(), part.end());
-        }
-        REQUIRE(joined.size() == whole.size());
-        for (size_t i = 0; i < whole.size(); ++i) REQUIRE(joined[i] == Approx(whole[i]).margin(1e-5));
-        CHECK(!tracer.events().empty());
+        const Trained ref = train_in_process(*dev, spec, {0, spec.num_layers()}, ref_kind, m, false);
+        const Trained piped = train_in_process(*dev, spec, {0, 3, 6, spec.num_layers()}, kind, m, false);
+        check_same_training(piped, ref, 1e-5, 1e-5);
+        CHECK(piped.trace_events > 0);
         // zb1's trace shows B and W as their own slices, never a whole backward.
-        std::set<std::string> names;
-        for (const TraceEvent& e : tracer.events()) names.insert(e.name);
-        CHECK(names.count("B") == (kind == ScheduleKind::zb1 ? 1u : 0u));
-        CHECK(names.count("W") == (kind == ScheduleKind::zb1 ? 1u : 0u));
-        CHECK(names.count("backward") == (kind == ScheduleKind::zb1 ? 0u : 1u));
+        const bool zb = kind == ScheduleKind::zb1;
+        CHECK(piped.trace_names.count("B") == (zb ? 1u : 0u));
+        CHECK(piped.trace_names.count("W") == (zb ? 1u : 0u));
+        CHECK(piped.trace_names.count("backward") == (zb ? 0u : 1u));
       }
+    }
+  }
+}
+
+TEST_CASE("stages recomputing their activations train as the ones that keep them", "[pipeline][recompute]") {
+  ModelSpec spec = ModelSpec::parse(nlohmann::json::parse(kTinyDropout), "tiny");  // dropout: the masks must repeat
+  DeviceOptions dopts;
+  dopts.threads = 1;
+  auto dev = open_device("cpu", dopts);
+  for (ScheduleKind kind : {ScheduleKind::gpipe, ScheduleKind::one_f_one_b, ScheduleKind::zb1}) {
+    DYNAMIC_SECTION(schedule_name(kind)) {
+      const std::vector<int> bounds = {0, 3, 6, spec.num_layers()};
+      const ScheduleKind ref_kind = kind == ScheduleKind::zb1 ? ScheduleKind::gpipe : kind;
+      const Trained local = train_in_process(*dev, spec, {0, spec.num_layers()}, ref_kind, 3, false);
+      const Trained kept = train_in_process(*dev, spec, bounds, kind, 3, false);
+      const Trained recomputed = train_in_process(*dev, spec, bounds, kind, 3, true);
+      check_same_training(recomputed, kept, 1e-6, 1e-6);
+      check_same_training(recomputed, local, 1e-4, 1e-5);
+      // One process recomputing is the same training too.
+      check_same_training(train_in_process(*dev, spec, {0, spec.num_layers()}, ref_kind, 3, true), local, 1e-6, 1e-6);
     }
   }
 }

@@ -96,7 +96,7 @@ inline BruteResult brute_force(const CostModel& cost) {
       bool fits = true;
       for (int t = 0; t < p && fits; ++t) {
         fits = cost.memory_bytes(seq[t], cuts[t], cuts[t + 1], cost.in_flight(p, t)) <= cost.device_memory(seq[t]);
-        worst = std::max(worst, cost.compute_seconds(seq[t], cuts[t], cuts[t + 1]));
+        worst = std::max(worst, cost.stage_seconds(seq[t], cuts[t], cuts[t + 1], cost.in_flight(p, t)));
         if (t + 1 < p) worst = std::max(worst, cost.transfer_seconds(seq[t], seq[t + 1], cuts[t + 1]));
       }
       if (fits && (worst < best.bottleneck || (worst == best.bottleneck && p < best.stages))) {

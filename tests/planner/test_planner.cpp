@@ -2,6 +2,7 @@
 // less work, infeasible problems and the report.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <random>
 
 #include "core/planner/plan_report.h"
@@ -41,12 +42,16 @@ void check_plan_consistent(const Plan& plan, const CostModel& cost) {
   CHECK(static_cast<int>(plan.stages.size() + plan.unused_devices.size()) == cost.num_devices());
 }
 
-void check_against_brute_force(int instances, int max_layers, int max_devices, uint64_t seed, bool check_coverage,
-                               bool equal_speeds = false) {
-  std::mt19937_64 rng(seed);
-  int feasible = 0, infeasible = 0, multi_stage = 0, left_unused = 0;
+// Returns how many of the feasible plans had a stage recompute its activations.
+int check_against_brute_force(int instances, int max_layers, int max_devices, uint64_t seed, bool check_coverage,
+                              bool equal_speeds = false, Recompute recompute = Recompute::none) {
+  std::mt19937_64 rng(seed), context_rng(seed + 1);
+  int feasible = 0, infeasible = 0, multi_stage = 0, left_unused = 0, recomputing = 0;
   for (int it = 0; it < instances; ++it) {
     test::Problem pr = test::random_problem(rng, max_layers, max_devices);
+    pr.options.recompute = recompute;
+    if (recompute != Recompute::none)  // contexts large enough that recomputing them decides what fits
+      for (LayerProfile& l : pr.model.layers) l.stash_bytes += 4 * std::uniform_int_distribution<int64_t>(0, 100000)(context_rng);
     if (equal_speeds)  // every other device a copy of device 0 (links still differ): many ties
       for (size_t k = 1; k < pr.cluster.devices.size(); k += 2) {
         DeviceProfile& dev = pr.cluster.devices[k];
@@ -58,7 +63,8 @@ void check_against_brute_force(int instances, int max_layers, int max_devices, u
     const test::BruteResult ref = test::brute_force(cost);
     INFO("instance " << it << ": " << pr.model.num_layers() << " layers x " << pr.cluster.num_devices()
                      << " devices, " << schedule_name(pr.options.schedule) << ", M=" << pr.options.microbatches
-                     << ", B=" << pr.options.batch << ", max_stages=" << pr.options.max_stages);
+                     << ", B=" << pr.options.batch << ", max_stages=" << pr.options.max_stages
+                     << ", recompute " << recompute_name(recompute));
     if (!ref.feasible) {
       CHECK_THROWS_AS(plan(pr.model, pr.cluster, pr.options), PlanError);
       ++infeasible;
@@ -71,13 +77,22 @@ void check_against_brute_force(int instances, int max_layers, int max_devices, u
     ++feasible;
     multi_stage += got.stages.size() > 1;
     left_unused += !got.unused_devices.empty() && got.stages.size() > 1;
+    recomputing += std::any_of(got.stages.begin(), got.stages.end(), [](const StagePlan& st) { return st.recompute; });
+    for (const StagePlan& st : got.stages) {
+      // auto recomputes exactly the stages that do not fit otherwise.
+      const bool plain_fits = static_cast<int64_t>(cost.stage_memory(st.device, st.begin, st.end, st.in_flight, false)
+                                                       .total()) <= st.memory_available;
+      if (recompute == Recompute::when_needed) CHECK(st.recompute == !plain_fits);
+      if (recompute != Recompute::when_needed) CHECK(st.recompute == (recompute == Recompute::all));
+    }
   }
   // The generator must exercise every branch, or this test proves little.
-  if (!check_coverage) return;
+  if (!check_coverage) return recomputing;
   CHECK(feasible > instances / 4);
   CHECK(infeasible > 0);
   CHECK(multi_stage > instances / 10);
   CHECK(left_unused > 0);
+  return recomputing;
 }
 
 // n equal linear layers, each with `params` parameters, 1 MFLOP forward, 4 KiB activations.
@@ -102,7 +117,11 @@ ModelProfile uniform_model(int n, int64_t params = 1000) {
 
 Cluster equal_devices(int d, int64_t memory = int64_t{1} << 30) {
   Cluster c;
-  for (int k = 0; k < d; ++k) c.devices.push_back({"d" + std::to_string(k), memory, 10, std::nullopt});
+  for (int k = 0; k < d; ++k) {
+    std::string name = "d";  // appended: `"d" + std::to_string(k)` trips GCC 12's false -Wrestrict (bug 105329)
+    name += std::to_string(k);
+    c.devices.push_back({name, memory, 10, std::nullopt});
+  }
   c.default_link = {1000, 0.1, std::nullopt};
   return c;
 }
@@ -127,6 +146,14 @@ TEST_CASE("planner equals brute force with several words of layers (up to 140 la
   // More than 64 layers: the search's bitsets span several words.
   check_against_brute_force(40, 140, 3, 4242, false);
   check_against_brute_force(25, 70, 4, 99, false);
+}
+
+TEST_CASE("planner equals brute force recomputing activations (--recompute auto and all)", "[planner][recompute]") {
+  // auto: only the stages that would not fit otherwise recompute, and pay their forward again.
+  CHECK(check_against_brute_force(400, 8, 4, 20240601, true, false, Recompute::when_needed) > 20);
+  CHECK(check_against_brute_force(40, 70, 4, 99, false, false, Recompute::when_needed) > 0);
+  check_against_brute_force(200, 8, 4, 5150, false, true, Recompute::when_needed);
+  CHECK(check_against_brute_force(200, 8, 4, 8080, true, false, Recompute::all) > 50);
 }
 
 TEST_CASE("planner equals brute force when devices are copies of each other", "[planner]") {
@@ -164,6 +191,49 @@ TEST_CASE("a device with little memory gets less work", "[planner]") {
   CHECK(layers_on(p, "d1") <= 2);
   CHECK(layers_on(p, "d1") < 4);
   for (const StagePlan& st : p.stages) CHECK(st.memory_bytes <= st.memory_available);
+}
+
+TEST_CASE("with --recompute auto only the stage that would not fit otherwise recomputes, paying its forward",
+          "[planner][recompute]") {
+  ModelProfile m = uniform_model(8);
+  for (LayerProfile& l : m.layers) l.stash_bytes = 4096 + (1 << 16);  // 64 KiB of context per sample and layer
+  Cluster c = equal_devices(2);
+  PlanOptions o;
+  o.schedule = ScheduleKind::gpipe;  // every stage keeps all 4 micro-batches
+  const CostModel probe(m, c, o);
+  // d1 holds half the model only recomputing; d0 holds half keeping everything.
+  const int64_t kept = probe.memory_bytes(1, 4, 8, 4);
+  o.recompute = Recompute::all;
+  const int64_t recomputed = CostModel(m, c, o).memory_bytes(1, 4, 8, 4);
+  REQUIRE(recomputed < kept / 2);
+  c.devices[1].memory_bytes = (recomputed + kept) / 2;
+  o.max_stages = 2;
+
+  o.recompute = Recompute::none;
+  for (const StagePlan& st : plan(m, c, o).stages) CHECK_FALSE(st.recompute);  // d0 holds most of it
+  c.devices[0].memory_bytes = probe.memory_bytes(0, 0, 4, 4);  // now d0 cannot hold more than half either
+  CHECK_THROWS_WITH(plan(m, c, o), Catch::Matchers::Contains("--recompute auto"));
+
+  o.recompute = Recompute::when_needed;
+  const Plan chosen = plan(m, c, o);
+  REQUIRE(chosen.stages.size() == 2);
+  for (const StagePlan& st : chosen.stages) {
+    INFO("stage on " << st.device_name);
+    CHECK(st.memory_bytes <= st.memory_available);
+    CHECK(st.recompute == (st.device_name == "d1"));
+    CHECK(st.memory.recompute == st.recompute);
+    const CostModel cost(m, c, o);
+    const double plain_seconds = cost.compute_seconds(st.device, st.begin, st.end);
+    // The recomputed forward: 1 of the 3 MFLOP of forward + backward per sample and layer.
+    CHECK(st.compute_seconds == Approx(st.recompute ? plain_seconds * 4 / 3 : plain_seconds));
+  }
+  const nlohmann::json j = to_json(chosen, m);
+  CHECK(j["recompute"] == "auto");
+  CHECK(j["stages"][0]["recompute"].is_boolean());
+  const std::string table = format_plan_table(chosen, m);
+  INFO(table);
+  CHECK(table.find("recompute") != std::string::npos);
+  CHECK(table.find("yes") != std::string::npos);
 }
 
 TEST_CASE("a layer's workspace counts toward its stage's memory", "[planner]") {

@@ -109,9 +109,13 @@ TEST_CASE("every job spec round-trips inside an assignment", "[transport][comman
   client.cut_back = 4;
   client.activation_noise = 0.5f;
   client.activation_clip = 2.0f;
-  const std::vector<JobSpec> jobs = {PipelineJob{1, 8, 42, 128, 0xfeedbeefcafe1234, 3}, PipelineJob{},
+  const std::vector<JobSpec> jobs = {PipelineJob{1, 8, 42, 128, 0xfeedbeefcafe1234, 3},
+                                     PipelineJob{0, 4, 9, 64, 5, 1, /*recompute=*/true},
+                                     PipelineJob{},
                                      PipelineJob{2, 4, 1, 64, 9, 0},  // zb1
-                                     FedJob{32, 7, "fedprox"}, server, client};
+                                     FedJob{32, 7, "fedprox"},
+                                     server,
+                                     client};
   for (const JobSpec& job : jobs) {
     INFO(job_kind_name(job));
     AssignMsg a;

@@ -40,6 +40,7 @@ struct ClusterOptions {
   std::string encoding = "f32";         // activations/gradients between stages: f32 | f16 | int8
   std::string trace_path;               // Chrome trace output ("" = none)
   std::string planner = "auto";         // auto: profile + planner; balance: even split over all devices
+  std::string recompute = "none";       // none | all | auto: stages that recompute activations in backward
   bool insecure = false;
   int register_timeout_ms = 120000;     // waiting for N daemons
   int peer_timeout_ms = 5000;           // a daemon silent this long is declared dead

@@ -81,6 +81,11 @@ void Driver::load_inputs() {
   test_ = std::move(data.test);
   schedule_ = parse_schedule(opts_.schedule);
   encoding_ = transport::parse_encoding(opts_.encoding);
+  try {
+    recompute_policy_ = parse_recompute(opts_.recompute);
+  } catch (const std::invalid_argument& e) {
+    fail(std::string("--recompute: ") + e.what());
+  }
   if (opts_.devices < 1) fail("--devices must be at least 1");
   if (opts_.devices > spec_.num_layers())
     fail(cfg_.model_path + " has " + std::to_string(spec_.num_layers()) + " layers: it cannot be split over " +
@@ -148,6 +153,12 @@ void Driver::choose_stages() {
     idle_.insert(idle_.end(), devices_.begin() + n, devices_.end());
     devices_.resize(static_cast<size_t>(n));
     bounds_ = balanced_bounds(spec_, cfg_.batch, n);
+    // --recompute auto on a fixed split: where a stage does not fit its device's free memory otherwise.
+    recompute_.assign(devices_.size(), false);
+    const std::vector<StageMemory> plain = stage_memories();
+    for (size_t s = 0; s < devices_.size(); ++s)
+      recompute_[s] = stage_recomputes(recompute_policy_, plain[s].total(),
+                                       static_cast<int64_t>(devices_[s].reg.memory_free));
   } else if (opts_.planner == "auto") {
     const Cluster cluster = profile_cluster();
     PlanOptions po;
@@ -155,6 +166,7 @@ void Driver::choose_stages() {
     po.microbatches = cfg_.microbatches;
     po.batch = cfg_.batch;
     po.encoding = encoding_;
+    po.recompute = recompute_policy_;
     const ModelProfile mp = profile_model(spec_, cfg_.optimizer.kind, cfg_.optimizer.momentum);
     const Plan pl = plan_shared_hosts(mp, cluster, po);
     plan_json_ = to_json(pl, mp);
@@ -162,7 +174,9 @@ void Driver::choose_stages() {
     if (cfg_.progress) std::fprintf(stderr, "%s", format_plan_table(pl, mp).c_str());
     std::vector<StageDevice> ordered;
     bounds_ = {0};
+    recompute_.clear();
     for (const StagePlan& st : pl.stages) {
+      recompute_.push_back(st.recompute);
       ordered.push_back(*std::find_if(devices_.begin(), devices_.end(),
                                       [&](const StageDevice& d) { return d.name == st.device_name; }));
       bounds_.push_back(st.end);
@@ -188,8 +202,9 @@ void Driver::assign_stages() {
   plan_first_request_ = session_->next_request_id();  // every request of this plan has this id or a later one
   session_->pool().set_monitoring(true);
   const int p = static_cast<int>(devices_.size());
-  const PipelineJob job{schedule_to_wire(schedule_), cfg_.microbatches, cfg_.seed, cfg_.batch, job_id_, plan_epoch_};
   for (int s = 0; s < p; ++s) {
+    const PipelineJob job{schedule_to_wire(schedule_), cfg_.microbatches, cfg_.seed, cfg_.batch, job_id_, plan_epoch_,
+                          recompute_[s]};
     AssignMsg a;
     a.stage = s;
     a.num_stages = p;
@@ -462,6 +477,7 @@ nlohmann::json Driver::result(const EvalResult& ev, int64_t parameters) const {
   nlohmann::json out = training_result(cfg_, summary);
   out["schedule"] = schedule_name(schedule_);
   out["encoding"] = encoding_name(encoding_);
+  out["recompute"] = recompute_name(recompute_policy_);
   out["train_seconds"] = train_seconds_;
   nlohmann::json devs = nlohmann::json::array(), plan = nlohmann::json::array();
   for (const auto& d : devices_) {
@@ -491,20 +507,26 @@ nlohmann::json Driver::result(const EvalResult& ev, int64_t parameters) const {
   return out;
 }
 
-// Each stage's memory: the one model's estimate for the stage on its daemon's
-// backend (what the planner placed it with and the daemon admitted it with),
-// and the peak its daemon's device really held (0 where the backend cannot
-// tell: GPUs).
-nlohmann::json Driver::stages_json() const {
+std::vector<StageMemory> Driver::stage_memories() const {
   std::vector<std::optional<Backend>> backends;
   for (const auto& d : devices_) backends.push_back(registered_backend(d.details));
-  const auto memory = pipeline_memory(spec_, bounds_, ocfg_, cfg_.batch, cfg_.microbatches, schedule_, backends);
+  const std::vector<bool> recompute = recompute_.size() == devices_.size() ? recompute_ : std::vector<bool>{};
+  return pipeline_memory(spec_, bounds_, cfg_.optimizer, cfg_.batch, cfg_.microbatches, schedule_, backends, recompute);
+}
+
+// Each stage's memory: the one model's estimate for the stage on its daemon's
+// backend (what the planner placed it with and the daemon admitted it with),
+// whether it recomputes its activations, and the peak its daemon's device
+// really held (0 where the backend cannot tell: GPUs).
+nlohmann::json Driver::stages_json() const {
+  const auto memory = stage_memories();
   nlohmann::json out = nlohmann::json::array();
   for (size_t s = 0; s < devices_.size(); ++s) {
     const nlohmann::json& m = s < stage_memory_.size() ? stage_memory_[s] : nlohmann::json::object();
     out.push_back({{"stage", s},
                    {"device", devices_[s].name},
                    {"layers", {bounds_[s], bounds_[s + 1]}},
+                   {"recompute", memory[s].recompute},
                    {"estimated_memory_bytes", memory[s].total()},
                    {"daemon_estimated_memory_bytes", m.value("estimated", nlohmann::json(0))},
                    {"peak_memory_bytes", m.value("peak", nlohmann::json(0))}});

@@ -73,7 +73,9 @@ class Driver {
   void register_devices();
   nlohmann::json profile_result();  // `cleave profile`: what profile_cluster measured
   void plan();
-  void choose_stages();  // bounds_ and devices_ (in stage order) over the live devices
+  void choose_stages();  // bounds_, recompute_ and devices_ (in stage order) over the live devices
+  // Each stage's memory on its device (the one model, recomputing where recompute_ says).
+  std::vector<StageMemory> stage_memories() const;
   void assign_stages();
   void train();
   void end_of_step(int64_t per_epoch);  // checkpoints that fall due after step_
@@ -156,6 +158,8 @@ class Driver {
   std::vector<StageDevice> devices_;  // in stage order once assigned
   std::vector<StageDevice> idle_;     // registered, left unused by the planner
   std::vector<int> bounds_;           // stage s has layers [bounds_[s], bounds_[s + 1])
+  Recompute recompute_policy_ = Recompute::none;  // --recompute
+  std::vector<bool> recompute_;       // stage s recomputes its activations in backward
   std::vector<int64_t> stage_counts_;
   nlohmann::json plan_json_, profile_json_;  // null with --planner balance
   double predicted_batch_seconds_ = 0;

@@ -221,9 +221,7 @@ void Driver::replan(int64_t lost_step) {
 // device said it has free: a plan that no longer fits stops the run, saying
 // how much is missing.
 void Driver::check_fits() const {
-  std::vector<std::optional<Backend>> backends;
-  for (const auto& d : devices_) backends.push_back(registered_backend(d.details));
-  const auto memory = pipeline_memory(spec_, bounds_, ocfg_, cfg_.batch, cfg_.microbatches, schedule_, backends);
+  const auto memory = stage_memories();
   std::string missing;
   for (size_t s = 0; s < devices_.size(); ++s) {
     const size_t need = memory[s].total(), free = static_cast<size_t>(std::max<int64_t>(0, devices_[s].reg.memory_free));

@@ -197,7 +197,8 @@ std::unique_ptr<StageJob> build_stage(const JobContext& ctx, const AssignMsg& a)
   const OptimizerConfig ocfg = from_wire(a.optimizer);
   const StageMemory need =
       stage_memory(j->spec, a.layer_begin, a.layer_end, ocfg, pj.batch, j->microbatches,
-                   max_in_flight(j->schedule, a.stage, a.num_stages, j->microbatches), ctx.device.backend());
+                   max_in_flight(j->schedule, a.stage, a.num_stages, j->microbatches), ctx.device.backend(),
+                   pj.recompute, recompute_saves_memory(j->schedule));
   const MemoryInfo mem = ctx.device.memory();
   j->estimated_bytes = need.total();
   if (need.total() > mem.free)
@@ -207,6 +208,7 @@ std::unique_ptr<StageJob> build_stage(const JobContext& ctx, const AssignMsg& a)
                       (opts.memory_limit ? " under --memory-limit " + format_mib(opts.memory_limit) : ""));
   ctx.device.reset_peak();  // the stage's peak, reported when it finishes, starts here
   j->stage = std::make_unique<Stage>(ctx.device, j->spec, a.layer_begin, a.layer_end, a.stage, a.num_stages, ocfg);
+  j->stage->partition().set_recompute(pj.recompute);
   j->stage->partition().init(j->seed);
   j->stage->partition().zero_grad();
   j->link_limits = stage_link_limits(j->spec, a, pj.batch);
@@ -243,6 +245,7 @@ class PipelineStage {
             {"busy", job_->tracer->busy_seconds()},
             {"steps", job_->steps},
             {"estimated_memory_bytes", job_->estimated_bytes},
+            {"recompute", job_->stage->partition().recompute()},
             {"peak_memory_bytes", ctx_.device.peak_bytes_in_use()}};
   }
 

@@ -1,6 +1,7 @@
 // pipeline_job.h: a daemon's pipeline stage (`cleave train` across daemons).
 //
-// The assignment carries a PipelineJob (schedule, micro-batches, seed, batch).
+// The assignment carries a PipelineJob (schedule, micro-batches, seed, batch,
+// whether the stage recomputes its activations in backward).
 // The daemon checks the stage fits (the memory model the planner places stages
 // with), builds it, binds the peer endpoint its previous stage dials, and
 // acknowledges with {"peer_endpoint"}. Then, in the one job loop (serve_job):
