@@ -119,9 +119,12 @@ TEST_CASE("unknown key, no-CURVE client and raw TCP junk are refused while an al
   junk[0] = static_cast<char>(0xff);  // looks like a ZMTP greeting start, then garbage
   REQUIRE(::write(fd, junk.data(), junk.size()) > 0);
 
+  // Whether a refused client's send is even queued depends on how soon its
+  // handshake failed (a socket with no connected peer refuses to queue; under
+  // qemu the refusal often comes first): either way none of it may arrive.
   for (uint64_t i = 0; i < 10; ++i) {
-    REQUIRE(intruder.send(heartbeat(1000 + i)).ok());
-    REQUIRE(no_curve.send(heartbeat(2000 + i)).ok());
+    (void)intruder.send(heartbeat(1000 + i));
+    (void)no_curve.send(heartbeat(2000 + i));
     REQUIRE(good.send(heartbeat(i)).ok());
   }
   // The application sees exactly the allowed client's 10 messages, in order.
