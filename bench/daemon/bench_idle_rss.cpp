@@ -3,8 +3,12 @@
 // SDK client adds to an app (issue 14; target: at most 16 MiB while idle).
 // Prints a table and writes JSON.
 //
-//   bench_idle_rss [--cleaved PATH] [--app PATH] [--lib PATH] [--app-samples 10000] [--runs 5] [--settle 2]
-//                  [--json bench-idle-rss.json]
+//   bench_idle_rss [--cleaved PATH] [--emulator PATH] [--setups A,B,...] [--app PATH] [--lib PATH]
+//                  [--app-samples 10000] [--runs 5] [--settle 2] [--json bench-idle-rss.json]
+//
+// --emulator runs the daemon under it (qemu-aarch64-static with an arm64
+// --cleaved: bench_footprint.sh); its figures then include the emulator's own
+// memory. --setups picks some of the setups below (default: all).
 //
 // Each run starts a fresh daemon and, once it is idle, reads VmRSS, RssAnon,
 // RssFile, VmHWM and Threads from /proc/PID/status, counts the CUDA / OpenCL
@@ -15,6 +19,9 @@
 //                    in this process, on the daemon's allow-list) that gives it no job
 //   auto             unconnected with --backend auto (the default): the GPU
 //                    backends' modules are tried and, without a GPU, the CPU used
+//   fed-job-1t       --threads 1, the only client of a real `cleave fed` job
+//                    (3 rounds of the MLP; needs Fashion-MNIST): the highest
+//                    VmRSS sampled every 20 ms until it exits, and VmHWM
 //   sdk-registered-1t  the app sdk_rss_app.c (--app), holding --app-samples
 //                    samples of its own (default 10000: 30 MiB), dlopen()s
 //                    libcleave (--lib) and runs a federated client (CPU, 1
@@ -31,6 +38,7 @@
 // setup reports the median of --runs; the machine's cores, memory and load
 // average are recorded. Run with --cleaved OLD/cleaved to measure another build.
 #include <sys/utsname.h>
+#include <sys/wait.h>
 
 #include <algorithm>
 #include <chrono>
@@ -42,7 +50,9 @@
 #include <iterator>
 #include <map>
 #include <memory>
+#include <set>
 #include <sstream>
+#include <tuple>
 #include <string>
 #include <thread>
 #include <variant>
@@ -76,6 +86,9 @@ struct Args {
   int runs = 5;
   double settle = 2.0;
   std::string json = "bench-idle-rss.json";
+  std::vector<std::string> emulator;  // --emulator: runs cleaved under it (qemu-aarch64-static for an arm64 build)
+  std::vector<std::string> setups = {"unconnected", "unconnected-1t", "registered-1t", "auto",
+                                     "fed-job-1t", "sdk-registered-1t", "sdk-fed-job-1t"};
 };
 
 // One sample of a daemon's memory, in KiB (threads: a count).
@@ -177,7 +190,8 @@ Sample run_once(const Args& a, const std::string& setup) {
   const std::string dir = fs::path(keys.coordinator_key()).parent_path().string();
   const std::string log = dir + "/idle.log";
   std::unique_ptr<cleave::transport::ServerEndpoint> server;
-  std::vector<std::string> argv = {a.cleaved, "--name", "idle", "--backend", setup == "auto" ? "auto" : "cpu"};
+  std::vector<std::string> argv = a.emulator;
+  argv.insert(argv.end(), {a.cleaved, "--name", "idle", "--backend", setup == "auto" ? "auto" : "cpu"});
   if (setup == "registered-1t") {
     cleave::transport::ServerOptions o;
     o.keys = cleave::transport::load_secret_key(keys.coordinator_key());
@@ -223,6 +237,52 @@ bool have_fashion_mnist() {
   return false;
 }
 
+// A `cleave fed` coordinator for one client (3 rounds of the MLP); returns its
+// pid and the endpoint it listens on.
+std::pair<pid_t, std::string> start_fed_coordinator(const cleave::bench::LocalDaemons& keys, const std::string& dir) {
+  const std::string fed_log = dir + "/fed.log";
+  const pid_t pid = cleave::spawn({CLEAVE_BUILD_DIR "/apps/cleave/cleave", "fed", "--model", CLEAVE_SOURCE_DIR "/models/mlp.json",
+                                   "--dataset", "fashion-mnist", "--clients", "1", "--rounds", "3", "--batch", "32",
+                                   "--limit-test", "500", "--threads", "1", "--key", keys.coordinator_key(), "--allow",
+                                   keys.allow(), "--listen", "tcp://127.0.0.1:*", "--shutdown-clients"},
+                                  fed_log);
+  wait_for_log(fed_log, "listening on ", [] { std::this_thread::sleep_for(std::chrono::milliseconds(50)); });
+  const std::string text = read_all(fed_log);
+  const size_t at = text.find("listening on ") + 13;
+  return {pid, text.substr(at, text.find(',', at) - at)};
+}
+
+// fed-job-1t: a `cleaved --threads 1` as the only client of a real `cleave fed`
+// job, sampled every 20 ms until it exits: VmRSS is the highest sample, VmHWM
+// the kernel's peak as last read.
+Sample run_job_once(const Args& a) {
+  cleave::bench::LocalDaemons keys({"job"}, a.cleaved);
+  const std::string dir = fs::path(keys.coordinator_key()).parent_path().string();
+  const auto [coordinator, endpoint] = start_fed_coordinator(keys, dir);
+  std::vector<std::string> argv = a.emulator;
+  argv.insert(argv.end(), {a.cleaved, "--name", "job", "--backend", "cpu", "--threads", "1", "--coordinator", endpoint,
+                           "--key", dir + "/job.key", "--coordinator-key", dir + "/coordinator.pub", "--max-jobs", "1",
+                           "--dataset", "fashion-mnist", "--shard", "0/1", "--limit-train", "6000"});
+  const pid_t pid = cleave::spawn(argv, dir + "/job.log");
+  Sample peak;
+  const auto end = Clock::now() + std::chrono::minutes(10);
+  bool exited = false;
+  for (int status = 0; !exited && Clock::now() < end;) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    if ((exited = waitpid(pid, &status, WNOHANG) == pid)) break;
+    Sample now = sample(pid);
+    if (now.status["VmRSS"] >= peak.status["VmRSS"]) {
+      const double hwm = std::max(now.status["VmHWM"], peak.status["VmHWM"]);
+      peak = now;
+      peak.status["VmHWM"] = hwm;
+    }
+  }
+  if (!exited) cleave::terminate(pid);
+  cleave::terminate(coordinator);
+  if (peak.status["VmRSS"] <= 0) throw std::runtime_error("the daemon's job left no sample:\n" + read_all(dir + "/job.log"));
+  return peak;
+}
+
 // The SDK app of `setup` (sdk-registered-1t: sampled while it waits for a job;
 // sdk-fed-job-1t: its peak during a `cleave fed` job, as it reports it).
 Sample run_sdk_once(const Args& a, const std::string& setup) {
@@ -240,16 +300,7 @@ Sample run_sdk_once(const Args& a, const std::string& setup) {
     server = std::make_unique<cleave::transport::ServerEndpoint>(o);
     endpoint = server->endpoint();
   } else {
-    const std::string fed_log = dir + "/fed.log";
-    coordinator = cleave::spawn({CLEAVE_BUILD_DIR "/apps/cleave/cleave", "fed", "--model", CLEAVE_SOURCE_DIR "/models/mlp.json",
-                                 "--dataset", "fashion-mnist", "--clients", "1", "--rounds", "3", "--batch", "32",
-                                 "--limit-test", "500", "--threads", "1", "--key", keys.coordinator_key(), "--allow",
-                                 keys.allow(), "--listen", "tcp://127.0.0.1:*", "--shutdown-clients"},
-                                fed_log);
-    wait_for_log(fed_log, "listening on ", [] { std::this_thread::sleep_for(std::chrono::milliseconds(50)); });
-    const std::string text = read_all(fed_log);
-    const size_t at = text.find("listening on ") + 13;
-    endpoint = text.substr(at, text.find(',', at) - at);
+    std::tie(coordinator, endpoint) = start_fed_coordinator(keys, dir);
   }
   const pid_t pid = cleave::spawn({a.app, "--lib", a.lib, "--coordinator", endpoint, "--key", dir + "/app.key",
                                    "--coordinator-key", dir + "/coordinator.pub", "--threads", "1", "--max-jobs",
@@ -280,13 +331,26 @@ Sample run_sdk_once(const Args& a, const std::string& setup) {
   return s;
 }
 
+std::vector<std::string> split_list(const std::string& text) {
+  static const std::set<std::string> known = {"unconnected", "unconnected-1t", "registered-1t", "auto",
+                                              "fed-job-1t", "sdk-registered-1t", "sdk-fed-job-1t"};
+  std::vector<std::string> out;
+  std::istringstream in(text);
+  for (std::string item; std::getline(in, item, ',');) {
+    if (!known.count(item)) throw std::invalid_argument("--setups: unknown setup '" + item + "'");
+    out.push_back(item);
+  }
+  if (out.empty()) throw std::invalid_argument("--setups: name at least one setup");
+  return out;
+}
+
 Args parse(int argc, char** argv) {
   Args a;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--help" || arg == "-h") {
-      std::cout << "usage: bench_idle_rss [--cleaved PATH] [--app PATH] [--lib PATH] [--app-samples N] [--runs N] "
-                   "[--settle SECONDS] [--json PATH]\n";
+      std::cout << "usage: bench_idle_rss [--cleaved PATH] [--emulator PATH] [--setups A,B,...] [--app PATH] [--lib PATH] "
+                   "[--app-samples N] [--runs N] [--settle SECONDS] [--json PATH]\n";
       std::exit(0);
     }
     if (i + 1 >= argc) throw std::invalid_argument(arg + " needs a value");
@@ -298,6 +362,8 @@ Args parse(int argc, char** argv) {
     else if (arg == "--runs") a.runs = static_cast<int>(cleave::bench::parse_int_arg(arg, v, 1));
     else if (arg == "--settle") a.settle = cleave::bench::parse_positive_arg(arg, v);
     else if (arg == "--json") a.json = v;
+    else if (arg == "--emulator") a.emulator = {v};
+    else if (arg == "--setups") a.setups = split_list(v);
     else throw std::invalid_argument("unknown argument '" + arg + "'");
   }
   if (!fs::exists(a.cleaved)) throw std::invalid_argument("--cleaved " + a.cleaved + ": no such file");
@@ -332,6 +398,7 @@ int main(int argc, char** argv) {
   try {
     nlohmann::json report = {{"benchmark", "idle_rss"},
                              {"cleaved", fs::absolute(a.cleaved).string()},
+                             {"emulator", a.emulator.empty() ? nlohmann::json() : nlohmann::json(a.emulator[0])},
                              {"runs", a.runs},
                              {"settle_seconds", a.settle},
                              {"app_samples", a.app_samples},
@@ -340,10 +407,9 @@ int main(int argc, char** argv) {
                              {"setups", nlohmann::json::array()}};
     std::printf("%-17s %5s %10s %10s %10s %10s %10s %8s %9s %7s\n", "setup", "runs", "VmRSS MiB", "added MiB",
                 "anon MiB", "file MiB", "HWM MiB", "threads", "GPU libs", "target");
-    for (const std::string setup :
-         {"unconnected", "unconnected-1t", "registered-1t", "auto", "sdk-registered-1t", "sdk-fed-job-1t"}) {
-      const bool sdk = setup.starts_with("sdk-");
-      if (setup == "sdk-fed-job-1t" && !have_fashion_mnist()) {
+    for (const std::string& setup : a.setups) {
+      const bool sdk = setup.starts_with("sdk-"), job = setup.ends_with("job-1t");
+      if (job && !have_fashion_mnist()) {
         std::printf("%-17s skipped: Fashion-MNIST is not installed (the coordinator needs it)\n", setup.c_str());
         report["setups"].push_back({{"setup", setup}, {"skipped", "Fashion-MNIST is not installed"}});
         continue;
@@ -352,7 +418,7 @@ int main(int argc, char** argv) {
       nlohmann::json runs = nlohmann::json::array();
       Sample last;
       for (int r = 0; r < a.runs; ++r) {
-        last = sdk ? run_sdk_once(a, setup) : run_once(a, setup);
+        last = sdk ? run_sdk_once(a, setup) : job ? run_job_once(a) : run_once(a, setup);
         for (const auto& [k, v] : last.status) values[k].push_back(v);
         values["gpu_libraries"].push_back(last.gpu_libraries);
         runs.push_back({{"status_kib", last.status}, {"gpu_libraries", last.gpu_libraries}});
@@ -361,7 +427,7 @@ int main(int argc, char** argv) {
       for (const auto& [k, v] : values) median[k] = cleave::bench::median(v);
       const double rss_mib = median.value("VmRSS", 0.0) / kKiB, added_mib = median.value("Added", 0.0) / kKiB;
       // A daemon's target is its whole VmRSS; an SDK client's, what it adds to its app while idle.
-      const bool has_target = setup != "sdk-fed-job-1t";
+      const bool has_target = !job;
       const bool meets = (sdk ? added_mib : rss_mib) <= kTargetMiB;
       char added[16] = "-";
       if (sdk) std::snprintf(added, sizeof added, "%.1f", added_mib);
