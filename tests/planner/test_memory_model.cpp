@@ -39,6 +39,10 @@ constexpr double kSlack = 1.5;  // the estimate may exceed the measured peak by 
 // ... and under zb1 by this one: the model counts every micro-batch held until its W whole,
 // though after its B it keeps only what W needs (up to about 2.4x on these stages).
 constexpr double kSlackZb1 = 2.5;
+// ... and under zb1 while recomputing by this one: the model then counts the
+// stage as keeping its activations (recompute_saves_memory), while the stage
+// does free those of the micro-batches waiting for their B (up to about 2.7x).
+constexpr double kSlackZb1Recompute = 3.0;
 // Recomputing, the model counts each micro-batch in flight as keeping the largest
 // input of the stage's layers (memory_model.h: so that more layers never need
 // less), where the stage really keeps its own input: much less for a stage that
@@ -222,7 +226,9 @@ TEST_CASE("the memory model bounds what real stages allocate, within 1.5x (2.5x 
             // The device counted the stage's blocks and more: the training step allocated too.
             CHECK(measured > estimates[s].weight_state());
             CHECK(estimate >= measured);
-            const double slack = kind == ScheduleKind::zb1 ? kSlackZb1 : recompute ? kRecomputeSlack : kSlack;
+            const double slack = kind == ScheduleKind::zb1 ? (recompute ? kSlackZb1Recompute : kSlackZb1)
+                                 : recompute                ? kRecomputeSlack
+                                                            : kSlack;
             CHECK(static_cast<double>(estimate) <= slack * static_cast<double>(measured));
             // Weights, gradients and optimizer state are exact: the stage holds them from
             // construction to the end.
