@@ -156,10 +156,13 @@ Partition::Stash Partition::take_stash(const Tensor& dy, int microbatch, const c
   return s;
 }
 
-Tensor Partition::backward(const Tensor& dy, int microbatch, bool need_dx) {
-  Stash s = take_stash(dy, microbatch, "backward");
+// The backward walk both backward and backward_input make: layers last to
+// first, each given its output gradient and (unless no one needs it) a dx to
+// fill by `pass(l, dy, dx)`, then its output and context released. Without
+// need_dx, layers before the first one with parameters need no pass at all.
+template <class Pass>
+Tensor Partition::walk_backward(Stash& s, const Tensor& dy, bool need_dx, Pass&& pass) {
   Tensor grad = dy;
-  // Without need_dx, layers before the first one with parameters need no backward at all.
   size_t stop = 0;
   if (!need_dx)
     while (stop < layers_.size() && layers_[stop]->param_count() == 0 && layers_[stop]->tie().layer < 0) ++stop;
@@ -167,12 +170,19 @@ Tensor Partition::backward(const Tensor& dy, int microbatch, bool need_dx) {
     const bool want_dx = l > stop || need_dx;
     Tensor dx;
     if (want_dx) dx = Tensor(*device_, s.acts[l].shape());
-    layers_[l]->backward(s.acts[l], s.acts[l + 1], grad, want_dx ? &dx : nullptr, s.contexts[l]);
+    pass(l, grad, want_dx ? &dx : nullptr);
     s.acts[l + 1] = Tensor();  // release the output and context of this layer
     s.contexts[l].saved.clear();
     grad = std::move(dx);
   }
   return need_dx ? grad : Tensor();
+}
+
+Tensor Partition::backward(const Tensor& dy, int microbatch, bool need_dx) {
+  Stash s = take_stash(dy, microbatch, "backward");
+  return walk_backward(s, dy, need_dx, [&](size_t l, const Tensor& g, const Tensor* dx) {
+    layers_[l]->backward(s.acts[l], s.acts[l + 1], g, dx, s.contexts[l]);
+  });
 }
 
 Tensor Partition::backward_input(const Tensor& dy, int microbatch, bool need_dx) {
@@ -181,28 +191,17 @@ Tensor Partition::backward_input(const Tensor& dy, int microbatch, bool need_dx)
                            " was forwarded again before its backward_weight");
   Stash s = take_stash(dy, microbatch, "backward_input");
   WeightStash w;
-  Tensor grad = dy;
-  // As backward: without need_dx, layers below the first with parameters need no pass.
-  size_t stop = 0;
-  if (!need_dx)
-    while (stop < layers_.size() && layers_[stop]->param_count() == 0 && layers_[stop]->tie().layer < 0) ++stop;
-  for (size_t l = layers_.size(); l-- > stop;) {
-    const bool want_dx = l > stop || need_dx;
-    Tensor dx;
-    if (want_dx) dx = Tensor(*device_, s.acts[l].shape());
-    layers_[l]->backward_input(s.acts[l], s.acts[l + 1], grad, want_dx ? &dx : nullptr, s.contexts[l]);
-    s.acts[l + 1] = Tensor();
-    if (layers_[l]->splits_backward()) {
+  Tensor dx = walk_backward(s, dy, need_dx, [&](size_t l, const Tensor& g, const Tensor* layer_dx) {
+    layers_[l]->backward_input(s.acts[l], s.acts[l + 1], g, layer_dx, s.contexts[l]);
+    if (layers_[l]->splits_backward()) {  // what its backward_weight needs, until then
       w.layers.push_back(l);
       w.xs.push_back(s.acts[l]);
-      w.dys.push_back(grad);
+      w.dys.push_back(g);
       w.contexts.push_back(std::move(s.contexts[l]));
     }
-    s.contexts[l].saved.clear();
-    grad = std::move(dx);
-  }
+  });
   weight_stash_.emplace(microbatch, std::move(w));
-  return need_dx ? grad : Tensor();
+  return dx;
 }
 
 void Partition::backward_weight(int microbatch) {

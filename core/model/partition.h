@@ -105,6 +105,8 @@ class Partition {
     std::vector<LayerContext> contexts;
   };
   Stash take_stash(const Tensor& dy, int microbatch, const char* pass);
+  template <class Pass>
+  Tensor walk_backward(Stash& s, const Tensor& dy, bool need_dx, Pass&& pass);
   std::map<int, WeightStash> weight_stash_;
   bool recompute_ = false;
 };
