@@ -70,7 +70,7 @@ bool stage_recomputes(Recompute policy, size_t plain_bytes, int64_t available) {
 std::string StageMemory::describe() const {
   return format_mib(total()) + " (weights " + format_mib(params) + ", gradients " + format_mib(grads) + ", optimizer state " +
          format_mib(optimizer) + ", activations " + format_mib(activations) + (recompute ? " recomputed in backward" : "") +
-         ", workspace " + format_mib(workspace) + ")";
+         ", workspace " + format_mib(workspace) + (links ? ", link queues " + format_mib(links) : "") + ")";
 }
 
 MemoryModel::MemoryModel(const ModelProfile& profile, int64_t microbatch_size, std::optional<Backend> backend)
@@ -132,6 +132,17 @@ StageMemory MemoryModel::stage(int begin, int end, int in_flight, bool recompute
   m.activations = bytes(mb_ * per_sample);
   m.recompute = recompute;
   m.workspace = bytes(work);
+  // Tensors on their way to a neighbour (LinkPump): the input gradients of
+  // micro-batches whose backward is done, and, recomputing, the outputs (a
+  // micro-batch in flight keeps only its input; otherwise its stash counts
+  // its output). A recomputing stage holds at every moment a part of what the
+  // same stage holds without recomputing, so it is never counted above that.
+  const int64_t grads_sent = begin > 0 ? range_max(input_max_, begin, begin + 1) : 0;
+  const bool rebuilt = recompute && recompute_frees;
+  int64_t links = kStageLinkSends * mb_ * (grads_sent + (rebuilt && !last ? out_[end - 1] : 0));
+  if (rebuilt)
+    links = std::min(links, mb_ * (in_flight * stash + kStageLinkSends * grads_sent) - mb_ * per_sample);
+  m.links = bytes(links);
   return m;
 }
 

@@ -16,6 +16,12 @@
 //                          gradient each micro-batch keeps until its backward])
 //   workspace    max(max over the layers of (mb * (input + output) + ws(mb)),
 //                    [last stage] mb * loss_bytes_per_sample)
+//   links        kStageLinkSends * mb * ([not first] input [+ output when
+//                recomputing, not last]): the tensors a stage link may still
+//                be sending while the stage computes the next micro-batch
+//                (core/runtime/daemon/link_pump.h); without recomputation an
+//                output on its way belongs to a micro-batch in flight, whose
+//                stash counts it
 //
 // With recomputation (Partition::set_recompute) a micro-batch in flight keeps
 // only the stage's input [and, on the last stage, its loss gradient] and the
@@ -57,6 +63,9 @@
 
 namespace cleave {
 
+// Tensors a stage link may hold at once while it sends them (LinkPump::Limits::sends).
+inline constexpr int kStageLinkSends = 1;
+
 struct ModelSpec;
 struct OptimizerConfig;
 
@@ -84,11 +93,12 @@ struct StageMemory {
   size_t activations = 0;  // what the micro-batches in flight keep for backward (and, recomputing, the rebuilt one)
   bool recompute = false;  // the stage recomputes its activations in backward
   size_t workspace = 0;    // one micro-batch's working set: dy, dx, a layer's or the loss's temporaries
+  size_t links = 0;        // outputs and input gradients on their way to the neighbouring stages
   size_t weight_state() const { return params + grads + optimizer; }
-  size_t total() const { return weight_state() + activations + workspace; }
+  size_t total() const { return weight_state() + activations + workspace + links; }
   // "12.0 MiB (weights 4.0 MiB, gradients 4.0 MiB, optimizer state 0.0 MiB,
-  // activations 3.0 MiB, workspace 1.0 MiB)"; recomputing, "activations 3.0 MiB
-  // recomputed in backward"
+  // activations 3.0 MiB, workspace 1.0 MiB[, link queues 0.5 MiB])"; recomputing,
+  // "activations 3.0 MiB recomputed in backward"
   std::string describe() const;
 };
 

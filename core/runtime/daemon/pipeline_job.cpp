@@ -2,7 +2,7 @@
 #include "core/runtime/daemon/pipeline_job.h"
 
 #include "core/runtime/daemon/daemon_monitor.h"
-#include "core/runtime/daemon/tensor_mailbox.h"
+#include "core/runtime/daemon/link_pump.h"
 
 #include <cstdio>
 #include <algorithm>
@@ -41,9 +41,8 @@ struct StageJob {
   uint64_t seed = 1;
   std::unique_ptr<Stage> stage;
   std::unique_ptr<ServerEndpoint> peer_server;  // the previous stage dials in here
-  std::unique_ptr<TensorLink> prev, next;
+  std::unique_ptr<LinkPump> prev, next;  // the links, each on its own thread (after peer_server: stopped first)
   std::unique_ptr<StageTracer> tracer;
-  TensorMailbox early;  // link tensors that arrived ahead of their turn
   int64_t steps = 0;
   size_t estimated_bytes = 0;  // what the memory model said the stage needs
   DecodeLimits link_limits;    // what the stage links accept: the job's largest activation
@@ -56,47 +55,55 @@ DecodeLimits stage_link_limits(const ModelSpec& spec, const AssignMsg& a, int64_
   return payload_limits(static_cast<size_t>(std::max<int64_t>(batch, 1) * widest) * sizeof(float));
 }
 
+// "the previous stage d1 (link zmq tcp://127.0.0.1:4000 f32)": how errors name a neighbour.
+std::string neighbour(const AssignMsg& a, bool previous, const TensorLink& link) {
+  const auto& peer = previous ? a.prev : a.next;
+  std::string text = previous ? "the previous stage" : "the next stage";
+  if (peer && !peer->name.empty()) text += " " + peer->name;
+  return text + " (link " + link.describe() + ")";
+}
+
+// The stage links' queues: one tensor being sent per link (what the memory
+// model counts), and up to two steps of micro-batches received ahead.
+LinkPump::Limits pump_limits(int microbatches) {
+  LinkPump::Limits l;
+  l.sends = kStageLinkSends;
+  l.received = static_cast<size_t>(std::max(4, 2 * microbatches + 2));
+  return l;
+}
+
 // Where a running stage's tensors come from and go to: the coordinator's
 // mailbox (inputs, labels) and the links to the neighbouring stages. Every
 // wait of a step is bounded by the step's deadline (StepCmd.deadline_ms, set
 // by the coordinator from the measured step time and --peer-timeout): a
 // stalled link ends the job with an error that names the stage, the link and
-// what it waited for, instead of waiting for ever.
+// what it waited for, instead of waiting for ever. The links run on their own
+// threads (LinkPump): a send returns once the tensor is queued, and the stage
+// computes on while it is on the wire.
 class DaemonIO : public StageIO {
  public:
   DaemonIO(const JobContext& ctx, StageJob& job, Millis deadline) : ctx_(ctx), job_(job), deadline_(deadline) {}
 
   Tensor receive_input(int64_t step, int mb) override {
     if (!job_.prev) return from_message(ctx_.device, wait_coordinator(TensorKind::kInput, step, mb));
-    return from_message(ctx_.device, wait_link(*job_.prev, kPrevious, TensorKind::kActivation, step, mb));
+    return from_message(ctx_.device, wait_link(*job_.prev, TensorKind::kActivation, step, mb));
   }
   Tensor receive_targets(int64_t step, int mb) override {
     return from_message(ctx_.device, wait_coordinator(TensorKind::kLabels, step, mb));
   }
   void send_output(int64_t step, int mb, const Tensor& y) override {
-    send(*job_.next, kNext, to_message(y, TensorKind::kActivation, step, mb));
+    send(*job_.next, to_message(y, TensorKind::kActivation, step, mb));
   }
   Tensor receive_output_grad(int64_t step, int mb) override {
-    return from_message(ctx_.device, wait_link(*job_.next, kNext, TensorKind::kGradient, step, mb));
+    return from_message(ctx_.device, wait_link(*job_.next, TensorKind::kGradient, step, mb));
   }
   void send_input_grad(int64_t step, int mb, const Tensor& dx) override {
-    send(*job_.prev, kPrevious, to_message(dx, TensorKind::kGradient, step, mb));
+    send(*job_.prev, to_message(dx, TensorKind::kGradient, step, mb));
   }
 
  private:
-  enum Side { kPrevious, kNext };
-
   void check_alive() {
     if (const std::string why = job_interruption(ctx_.serving("stage")); !why.empty()) throw JobAborted(why);
-  }
-
-  // "the previous stage d1 (zmq tcp://127.0.0.1:4000 f32)"
-  std::string neighbour(Side side, const TensorLink* link) const {
-    const auto& peer = side == kPrevious ? job_.assign.prev : job_.assign.next;
-    std::string text = side == kPrevious ? "the previous stage" : "the next stage";
-    if (peer && !peer->name.empty()) text += " " + peer->name;
-    if (link) text += " (link " + link->describe() + ")";
-    return text;
   }
 
   // Throws once `t0` is more than the step's deadline ago: `what()` says what
@@ -125,57 +132,26 @@ class DaemonIO : public StageIO {
     }
   }
 
-  TensorMessage wait_link(TensorLink& link, Side side, TensorKind kind, int64_t step, int mb) {
+  TensorMessage wait_link(LinkPump& link, TensorKind kind, int64_t step, int mb) {
     const auto t0 = Clock::now();
     for (;;) {
-      if (auto t = job_.early.take(kind, step, mb)) return std::move(*t);
-      auto r = link.receive(Millis(20));
-      if (r) {
-        TensorMessage& t = r.value();
-        if (static_cast<int>(t.kind) == static_cast<int>(kind) && t.step == step && t.micro_batch == mb) return std::move(t);
-        job_.early.put(std::move(t), neighbour(side, nullptr));
-        continue;
-      }
-      if (r.is(FailureKind::kClosed)) throw std::runtime_error("the link to " + neighbour(side, &link) + " closed");
-      if (r.is(FailureKind::kRejected))
-        log(LogLevel::kWarning, "cleaved " + ctx_.options.name + ": rejected input from " + neighbour(side, nullptr) +
-                                    ": " + r.failure().message);
+      if (auto t = link.try_take(kind, step, mb, Millis(20))) return std::move(*t);
       ctx_.channel.drain();
       check_alive();
-      check_deadline(t0, [&] { return tensor_of(kind, step, mb) + " from " + neighbour(side, &link); });
+      check_deadline(t0, [&] { return tensor_of(kind, step, mb) + " from " + link.peer(); });
     }
   }
 
-  // Returns once ZeroMQ no longer reads the tensor's memory (a zero-copy send
-  // keeps it alive until then), so a micro-batch's output and input gradient
-  // are freed as soon as they are on the wire: the stage holds no more than
-  // the memory model counts (core/planner/memory_model.h).
-  void send(TensorLink& link, Side side, TensorMessage m) {
+  // Waits while the link's send queue is full (back-pressure). The pump frees
+  // a micro-batch's output and input gradient as soon as they are on the
+  // wire; the memory model counts the queue (core/planner/memory_model.h).
+  void send(LinkPump& link, TensorMessage m) {
     const auto t0 = Clock::now();
-    const auto what = [&] {
-      return "the link to " + neighbour(side, &link) + " to take " + tensor_of(m.kind, m.step, m.micro_batch);
-    };
-    std::weak_ptr<const void> on_the_wire;
-    if (m.owner) {
-      auto token = std::make_shared<const std::shared_ptr<const void>>(std::move(m.owner));
-      on_the_wire = token;
-      m.owner = std::move(token);
-    }
-    for (;;) {
-      Status s = link.send(m);
-      if (s) break;
-      if (!s.is(FailureKind::kUnreachable))
-        throw std::runtime_error("cannot send to " + neighbour(side, &link) + ": " + s.failure().message);
-      // The previous stage has not said hello yet: wait for it.
-      ctx_.channel.poll(Millis(20));
+    const std::string what = tensor_of(m.kind, m.step, m.micro_batch);
+    while (!link.try_send(m, Millis(20))) {
+      ctx_.channel.drain();
       check_alive();
-      check_deadline(t0, what);
-    }
-    m.owner.reset();
-    while (!on_the_wire.expired()) {
-      ctx_.channel.poll(Millis(1));
-      check_alive();
-      check_deadline(t0, what);
+      check_deadline(t0, [&] { return "room on the link to " + link.peer() + " for " + what; });
     }
   }
 
@@ -295,6 +271,11 @@ class PipelineStage {
   void connect(const ConnectCmd& k) {
     const DaemonOptions& opts = ctx_.options;
     StageJob& job = *job_;
+    const auto pump = [&](std::unique_ptr<TensorLink> link, bool previous) {
+      if (opts.bandwidth_limit > 0) link = throttle_link(std::move(link), opts.bandwidth_limit);
+      std::string peer = neighbour(job.assign, previous, *link);
+      return std::make_unique<LinkPump>(std::move(link), std::move(peer), pump_limits(job.microbatches));
+    };
     if (job.assign.next) {
       ClientOptions lo;
       lo.connect = k.next_endpoint;
@@ -303,13 +284,11 @@ class PipelineStage {
       lo.insecure = opts.insecure;
       lo.label = "cleaved " + opts.name + " -> next";
       lo.tuning.limits = job.link_limits;
-      job.next = dial_tensor_link(lo, job.assign.link_encoding);
-      if (opts.bandwidth_limit > 0) job.next = throttle_link(std::move(job.next), opts.bandwidth_limit);
+      job.next = pump(dial_tensor_link(lo, job.assign.link_encoding), false);
     }
     if (job.assign.prev) {
-      job.prev = serve_tensor_link(*job.peer_server, job.assign.prev->name.empty() ? "prev" : job.assign.prev->name,
-                                   job.assign.link_encoding);
-      if (opts.bandwidth_limit > 0) job.prev = throttle_link(std::move(job.prev), opts.bandwidth_limit);
+      const std::string name = job.assign.prev->name.empty() ? "prev" : job.assign.prev->name;
+      job.prev = pump(serve_tensor_link(*job.peer_server, name, job.assign.link_encoding), true);
     }
   }
 
