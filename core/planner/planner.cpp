@@ -72,6 +72,7 @@ CostModel::CostModel(const ModelProfile& model, const Cluster& cluster, const Pl
   if (options.max_stages < 0) throw PlanError("max stages must be >= 0 (0: no limit)");
   batch_ = options.batch;
   mb_ = (options.batch + options.microbatches - 1) / options.microbatches;
+  microbatches_ = options.microbatches;
 
   for (int i = 0; i < n_; ++i) {
     const LayerProfile& l = model.layers[i];
@@ -84,6 +85,8 @@ CostModel::CostModel(const ModelProfile& model, const Cluster& cluster, const Pl
   prefix_seconds_.assign(d_, std::vector<double>(n_ + 1, 0.0));
   prefix_update_.assign(d_, std::vector<double>(n_ + 1, 0.0));
   prefix_forward_.assign(d_, std::vector<double>(n_ + 1, 0.0));
+  prefix_fixed_.assign(d_, std::vector<double>(n_ + 1, 0.0));
+  prefix_forward_fixed_.assign(d_, std::vector<double>(n_ + 1, 0.0));
   memory_.resize(d_);
   for (int k = 0; k < d_; ++k) {
     const DeviceProfile& dev = cluster.devices[k];
@@ -106,7 +109,22 @@ CostModel::CostModel(const ModelProfile& model, const Cluster& cluster, const Pl
         prefix_seconds_[k][i + 1] = prefix_seconds_[k][i] + t[i];
         prefix_forward_[k][i + 1] = prefix_forward_[k][i] + t[i] * forward_share(model.layers[i]);
       }
+      if (dev.layer_seconds_per_microbatch) {
+        const auto& f = *dev.layer_seconds_per_microbatch;
+        if (static_cast<int>(f.size()) != n_)
+          throw PlanError(device_label(cluster, k) + ": " + std::to_string(f.size()) +
+                          " measured per-micro-batch layer times for a model of " + std::to_string(n_) + " layers");
+        for (int i = 0; i < n_; ++i) {
+          if (!finite_nonneg(f[i]))
+            throw PlanError(device_label(cluster, k) + ": measured per-micro-batch time of layer " + std::to_string(i) +
+                            " must be >= 0");
+          prefix_fixed_[k][i + 1] = prefix_fixed_[k][i] + f[i];
+          prefix_forward_fixed_[k][i + 1] = prefix_forward_fixed_[k][i] + f[i] * forward_share(model.layers[i]);
+        }
+      }
     } else {
+      if (dev.layer_seconds_per_microbatch)
+        throw PlanError(device_label(cluster, k) + ": per-micro-batch layer times need per-sample layer times too");
       if (!std::isfinite(dev.gflops) || dev.gflops <= 0)
         throw PlanError(device_label(cluster, k) + ": gflops must be a positive number, got " + std::to_string(dev.gflops));
       const double flops_per_second = dev.gflops * 1e9;
@@ -173,6 +191,10 @@ int CostModel::in_flight(int num_stages, int stage) const {
   return max_in_flight(options_.schedule, stage, num_stages, options_.microbatches);
 }
 
+double CostModel::batch_seconds(double bottleneck, int num_stages) const {
+  return bottleneck / (1 - bubble_fraction(options_.schedule, num_stages, options_.microbatches));
+}
+
 // ---------------------------------------------------------------------------
 // Evaluating an assignment
 
@@ -226,9 +248,8 @@ Plan evaluate_plan(const CostModel& cost, const std::vector<int>& devices, const
   }
   for (int k = 0; k < cost.num_devices(); ++k)
     if (!used[k]) out.unused_devices.push_back(cluster.devices[k].name);
-  const double m = cost.options().microbatches;
   out.bottleneck_seconds = bottleneck;
-  out.batch_seconds = bottleneck / (1 - bubble_fraction(cost.options().schedule, p, static_cast<int>(m)));
+  out.batch_seconds = cost.batch_seconds(bottleneck, p);
   out.samples_per_second = out.batch_seconds > 0 ? static_cast<double>(cost.options().batch) / out.batch_seconds : kInf;
   return out;
 }
@@ -267,8 +288,9 @@ Plan plan_shared_hosts(const ModelProfile& model, const Cluster& cluster, const 
       worst = std::max(worst, f);
       d.gflops /= f;
       d.update_seconds_per_param *= f;
-      if (d.layer_seconds_per_sample)
-        for (double& t : *d.layer_seconds_per_sample) t *= f;
+      for (auto* times : {&d.layer_seconds_per_sample, &d.layer_seconds_per_microbatch})
+        if (*times)
+          for (double& t : **times) t *= f;
     }
     PlanOptions o = options;
     o.max_stages = p;
@@ -282,6 +304,30 @@ Plan plan_shared_hosts(const ModelProfile& model, const Cluster& cluster, const 
     }
   }
   if (!best) throw *last_error;
+  return *best;
+}
+
+Plan plan_microbatches(const ModelProfile& model, const Cluster& cluster, const PlanOptions& options) {
+  if (!options.microbatches_auto) return plan_shared_hosts(model, cluster, options);
+  if (options.batch < 1) throw PlanError("--batch must be >= 1, got " + std::to_string(options.batch));
+  std::optional<Plan> best;
+  std::optional<PlanError> last_error;  // the one with the most micro-batches
+  int searched = 0;
+  for (int64_t m = 1; m <= options.batch; ++m) {
+    PlanOptions o = options;
+    o.microbatches = static_cast<int>(m);
+    try {
+      Plan candidate = plan_shared_hosts(model, cluster, o);
+      searched += candidate.search_runs;
+      if (!best || candidate.batch_seconds < best->batch_seconds) best = std::move(candidate);
+    } catch (const PlanError& e) {
+      last_error = e;
+    }
+  }
+  if (!best)
+    throw PlanError(std::string(last_error->what()) + " (--microbatches auto: no micro-batch count from 1 to " +
+                    std::to_string(options.batch) + " fits; this is the error at " + std::to_string(options.batch) + ")");
+  best->search_runs = searched;
   return *best;
 }
 
