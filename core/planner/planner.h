@@ -90,10 +90,17 @@ class CostModel {
   // Micro-batches stage `stage` of `num_stages` keeps in flight:
   // max_in_flight(schedule, stage, num_stages, M) (core/pipeline/schedule.h).
   int in_flight(int num_stages, int stage) const;
+  // Fraction of a batch's time a stage of a `num_stages`-stage pipeline idles
+  // when forwards, input and weight gradients take equal times:
+  // bubble_fraction (core/pipeline/schedule.h) for GPipe and 1F1B, and for
+  // ZB-H1 also with fewer micro-batches than stages, where too few W's are left
+  // to fill the drain: (p - 1 + max(0, p - M)) / (3M + p - 1 + max(0, p - M)).
+  double bubble(int num_stages) const;
   // The predicted time of a batch whose slowest stage or cut takes
-  // `bottleneck` seconds, on `num_stages` stages: bottleneck / (1 - bubble)
-  // with the schedule's bubble (docs/planner.md).
-  double batch_seconds(double bottleneck, int num_stages) const;
+  // `bottleneck` seconds, on `num_stages` stages: bottleneck / (1 - bubble).
+  double batch_seconds(double bottleneck, int num_stages) const {
+    return bottleneck / (1 - bubble(num_stages));
+  }
   // The memory model (memory_model.h) of a stage [begin, end) on `device`
   // (its DeviceProfile::backend) keeping `in_flight` micro-batches of
   // microbatch_size() samples, recomputing where recomputes() says.

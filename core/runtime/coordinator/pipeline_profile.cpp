@@ -89,7 +89,7 @@ Cluster Driver::profile_cluster() {
   // fixed time per micro-batch plus a time per sample (fit_layer_times), so
   // that the planner can weigh more, smaller micro-batches.
   const bool two_sizes = opts_.microbatches_auto && plan_epoch_ == 0 && cfg_.batch > 1 && !opts_.profile_only;
-  const int64_t large = two_sizes ? cfg_.batch : std::max<int64_t>(1, (cfg_.batch + cfg_.microbatches - 1) / cfg_.microbatches);
+  const int64_t large = two_sizes ? std::min<int64_t>(cfg_.batch, int64_t{1} << 20) : std::max<int64_t>(1, (cfg_.batch + cfg_.microbatches - 1) / cfg_.microbatches);
   const int64_t small = std::max<int64_t>(1, cfg_.batch / 16);
   std::vector<double> caps(devices_.size(), 0);  // declared --bandwidth-limit of each, Mbit/s (0: none)
   // One device at a time, so that devices sharing a machine do not slow each
