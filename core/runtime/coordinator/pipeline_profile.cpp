@@ -87,10 +87,14 @@ Cluster Driver::profile_cluster() {
   // the cost model needs. With --microbatches auto (chosen once, at the first
   // plan) they are timed at two sizes, B and about B / 16, and fitted as a
   // fixed time per micro-batch plus a time per sample (fit_layer_times), so
-  // that the planner can weigh more, smaller micro-batches.
-  const bool two_sizes = opts_.microbatches_auto && plan_epoch_ == 0 && cfg_.batch > 1 && !opts_.profile_only;
-  const int64_t large = two_sizes ? std::min<int64_t>(cfg_.batch, int64_t{1} << 20) : std::max<int64_t>(1, (cfg_.batch + cfg_.microbatches - 1) / cfg_.microbatches);
-  const int64_t small = std::max<int64_t>(1, cfg_.batch / 16);
+  // that the planner can weigh more, smaller micro-batches; `cleave profile`
+  // times at its micro-batch size and a sixteenth of it, so that its devices
+  // file serves `cleave plan --microbatches auto` too.
+  const bool choosing = opts_.microbatches_auto && plan_epoch_ == 0;
+  const int64_t large = choosing ? std::min<int64_t>(cfg_.batch, int64_t{1} << 20)
+                                 : std::max<int64_t>(1, (cfg_.batch + cfg_.microbatches - 1) / cfg_.microbatches);
+  const int64_t small = std::max<int64_t>(1, large / 16);
+  const bool two_sizes = (choosing || opts_.profile_only) && large > 1;
   std::vector<double> caps(devices_.size(), 0);  // declared --bandwidth-limit of each, Mbit/s (0: none)
   // One device at a time, so that devices sharing a machine do not slow each
   // other's measurements down.
