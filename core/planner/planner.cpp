@@ -46,6 +46,22 @@ double forward_share(const LayerProfile& l) {
   return l.param_count > 0 ? 1.0 / 3 : 0.5;
 }
 
+// Prefix sums of measured per-layer times `t` (one per layer of `model`, each
+// >= 0) and of their forward shares. Errors name the device (`label`) and
+// the `kind` of times ("measured", "measured per-micro-batch").
+void add_measured_times(const ModelProfile& model, const std::vector<double>& t, const std::string& label,
+                        const std::string& kind, std::vector<double>& prefix, std::vector<double>& prefix_forward) {
+  const int n = model.num_layers();
+  if (static_cast<int>(t.size()) != n)
+    throw PlanError(label + ": " + std::to_string(t.size()) + " " + kind + " layer times for a model of " +
+                    std::to_string(n) + " layers");
+  for (int i = 0; i < n; ++i) {
+    if (!finite_nonneg(t[i])) throw PlanError(label + ": " + kind + " time of layer " + std::to_string(i) + " must be >= 0");
+    prefix[i + 1] = prefix[i] + t[i];
+    prefix_forward[i + 1] = prefix_forward[i] + t[i] * forward_share(model.layers[i]);
+  }
+}
+
 void check_link(const LinkProfile& l, const std::string& what) {
   if (!std::isfinite(l.mbps) || l.mbps <= 0)
     throw PlanError(what + ": bandwidth must be a positive number of Mbit/s, got " + std::to_string(l.mbps));
@@ -99,29 +115,11 @@ CostModel::CostModel(const ModelProfile& model, const Cluster& cluster, const Pl
           prefix_update_[k][i] + static_cast<double>(model.layers[i].param_count) * dev.update_seconds_per_param;
     const bool measured = dev.layer_seconds_per_sample.has_value();
     if (measured) {
-      const auto& t = *dev.layer_seconds_per_sample;
-      if (static_cast<int>(t.size()) != n_)
-        throw PlanError(device_label(cluster, k) + ": " + std::to_string(t.size()) +
-                        " measured layer times for a model of " + std::to_string(n_) + " layers");
-      for (int i = 0; i < n_; ++i) {
-        if (!finite_nonneg(t[i]))
-          throw PlanError(device_label(cluster, k) + ": measured time of layer " + std::to_string(i) + " must be >= 0");
-        prefix_seconds_[k][i + 1] = prefix_seconds_[k][i] + t[i];
-        prefix_forward_[k][i + 1] = prefix_forward_[k][i] + t[i] * forward_share(model.layers[i]);
-      }
-      if (dev.layer_seconds_per_microbatch) {
-        const auto& f = *dev.layer_seconds_per_microbatch;
-        if (static_cast<int>(f.size()) != n_)
-          throw PlanError(device_label(cluster, k) + ": " + std::to_string(f.size()) +
-                          " measured per-micro-batch layer times for a model of " + std::to_string(n_) + " layers");
-        for (int i = 0; i < n_; ++i) {
-          if (!finite_nonneg(f[i]))
-            throw PlanError(device_label(cluster, k) + ": measured per-micro-batch time of layer " + std::to_string(i) +
-                            " must be >= 0");
-          prefix_fixed_[k][i + 1] = prefix_fixed_[k][i] + f[i];
-          prefix_forward_fixed_[k][i + 1] = prefix_forward_fixed_[k][i] + f[i] * forward_share(model.layers[i]);
-        }
-      }
+      add_measured_times(model, *dev.layer_seconds_per_sample, device_label(cluster, k), "measured", prefix_seconds_[k],
+                         prefix_forward_[k]);
+      if (dev.layer_seconds_per_microbatch)
+        add_measured_times(model, *dev.layer_seconds_per_microbatch, device_label(cluster, k),
+                           "measured per-micro-batch", prefix_fixed_[k], prefix_forward_fixed_[k]);
     } else {
       if (dev.layer_seconds_per_microbatch)
         throw PlanError(device_label(cluster, k) + ": per-micro-batch layer times need per-sample layer times too");
@@ -319,7 +317,7 @@ Plan plan_microbatches(const ModelProfile& model, const Cluster& cluster, const 
   std::optional<Plan> best;
   std::optional<PlanError> last_error;  // the one with the most micro-batches
   int searched = 0;
-  for (int64_t m = 1; m <= options.batch; ++m) {
+  for (int64_t m = 1; m <= std::min<int64_t>(options.batch, std::numeric_limits<int>::max()); ++m) {
     PlanOptions o = options;
     o.microbatches = static_cast<int>(m);
     try {

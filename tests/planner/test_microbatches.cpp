@@ -10,6 +10,7 @@
 #include <random>
 
 #include "core/pipeline/schedule.h"
+#include "core/planner/devices_file.h"
 #include "core/planner/plan_report.h"
 #include "core/planner/planner.h"
 #include "core/planner/profile.h"
@@ -241,4 +242,29 @@ TEST_CASE("layer times at two micro-batch sizes fit a fixed and a per-sample par
   // Each fitted time reproduces the large measurement where there is one.
   for (int l = 0; l < 3; ++l) CHECK(fit.per_microbatch[l] + 64 * fit.per_sample[l] == Approx(64 * at64[l]));
   CHECK_THROWS_AS(fit_layer_times(4, at4, 4, at64), std::invalid_argument);
+}
+
+TEST_CASE("per-micro-batch layer times are checked and travel in devices files", "[planner][microbatches]") {
+  const ModelProfile model = linear_model(2);
+  Cluster cluster;
+  cluster.devices.push_back(measured_device("a", 2, 1e-5, 1e-4));
+  PlanOptions o;
+  cluster.devices[0].layer_seconds_per_microbatch = std::vector<double>{1e-4};
+  CHECK_THROWS_WITH(plan(model, cluster, o), Catch::Contains("1 measured per-micro-batch layer times for a model of 2"));
+  cluster.devices[0].layer_seconds_per_microbatch = std::vector<double>{1e-4, -1};
+  CHECK_THROWS_WITH(plan(model, cluster, o), Catch::Contains("per-micro-batch time of layer 1 must be >= 0"));
+  DeviceProfile flops_only;
+  flops_only.name = "b";
+  flops_only.memory_bytes = 1 << 30;
+  flops_only.gflops = 10;
+  flops_only.layer_seconds_per_microbatch = std::vector<double>{1e-4, 1e-4};
+  CHECK_THROWS_WITH(plan(model, Cluster{{flops_only}, {}, {}}, o), Catch::Contains("need per-sample layer times"));
+
+  cluster.devices[0].layer_seconds_per_microbatch = std::vector<double>{1e-4, 2e-4};
+  const Cluster back = parse_cluster(cluster_to_json(cluster), "round trip");
+  REQUIRE(back.devices[0].layer_seconds_per_microbatch.has_value());
+  CHECK(*back.devices[0].layer_seconds_per_microbatch == std::vector<double>{1e-4, 2e-4});
+  const nlohmann::json bad = nlohmann::json::parse(
+      R"({"devices": [{"name": "x", "memory": "1G", "gflops": 5, "layer_microbatch_seconds": [0.1]}]})");
+  CHECK_THROWS_WITH(parse_cluster(bad, "devs.json"), Catch::Contains("layer_microbatch_seconds needs layer_seconds"));
 }
