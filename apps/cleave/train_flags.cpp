@@ -5,9 +5,9 @@
 
 #include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <limits>
 #include <stdexcept>
-#include <fstream>
 
 #include "apps/cleave/commands.h"
 #include "apps/flag_checks.h"
