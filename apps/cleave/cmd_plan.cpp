@@ -4,8 +4,10 @@
 #include <cstdio>
 #include <fstream>
 #include <memory>
+#include <optional>
 
 #include "apps/cleave/commands.h"
+#include "apps/cleave/train_flags.h"
 #include "apps/flag_checks.h"
 #include "core/model/model_spec.h"
 #include "core/planner/devices_file.h"
@@ -20,7 +22,8 @@ void add_plan_command(CLI::App& root) {
   struct PlanFlags {
     std::string model, devices, json_path;
     std::string schedule = "1f1b", optimizer = "adam", encoding = "f32", recompute = "none";
-    int microbatches = 4, max_stages = 0;
+    std::string microbatches = "4";  // a count or "auto"
+    int max_stages = 0;
     int64_t batch = 64;
     double momentum = 0;
   };
@@ -30,8 +33,11 @@ void add_plan_command(CLI::App& root) {
       ->required();
   cmd->add_option("--schedule", f->schedule, "gpipe | 1f1b | zb1")->capture_default_str()
       ->check(CLI::IsMember({"gpipe", "1f1b", "zb1"}));
-  cmd->add_option("--microbatches", f->microbatches, "Micro-batches per batch")->capture_default_str()->check(
-      flag_checks::positive());
+  cmd->add_option("--microbatches", f->microbatches,
+                  "Micro-batches per batch, or auto: the planner chooses the count with the fastest predicted batch "
+                  "that fits")
+      ->capture_default_str()
+      ->check(microbatches_check());
   cmd->add_option("--batch", f->batch, "Samples per optimizer step")->capture_default_str()->check(flag_checks::positive());
   cmd->add_option("--optimizer", f->optimizer, "adam | sgd | adamw (sets the optimizer-state memory)")
       ->capture_default_str()
@@ -55,14 +61,16 @@ void add_plan_command(CLI::App& root) {
     const ModelProfile profile = profile_model(spec, f->optimizer, f->momentum);
     PlanOptions options;
     options.schedule = parse_schedule(f->schedule);
-    options.microbatches = f->microbatches;
+    const std::optional<int> m = parse_microbatches(f->microbatches);  // checked by microbatches_check
+    options.microbatches_auto = !m;
+    options.microbatches = m.value_or(1);
     options.batch = f->batch;
     options.encoding = transport::parse_encoding(f->encoding);
     options.max_stages = f->max_stages;
     options.recompute = parse_recompute(f->recompute);
     Plan result;
     try {
-      result = plan_shared_hosts(profile, cluster, options);
+      result = plan_microbatches(profile, cluster, options);
     } catch (const PlanError& e) {
       throw CliError(f->model + " on " + f->devices + ": " + e.what());
     }

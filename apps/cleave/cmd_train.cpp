@@ -62,8 +62,15 @@ void add_train_command(CLI::App& root) {
     if (*local) {
       for (const char* f : {"--checkpoint-dir", "--checkpoint-every", "--max-recoveries", "--resume", "--recompute"})
         if (cmd->count(f) > 0) throw UsageError(std::string(f) + " is for pipeline training: drop --local");
+      if (flags->microbatches_auto)
+        throw UsageError("--microbatches auto lets the pipeline planner choose: with --local give a number (e.g. "
+                         "--microbatches 1)");
       result = train_local(flags->config);
     } else {
+      if (flags->microbatches_auto && cluster->planner != "auto")
+        throw UsageError("--microbatches auto needs --planner auto (the planner chooses the count from the measured "
+                         "devices): drop --planner " + cluster->planner + " or give a number");
+      cluster->microbatches_auto = flags->microbatches_auto;
       prepare_coordinator(*cluster, "pipeline training", "; for one process pass --local");
       if (!resume->empty()) {
         if (!flags->config.load_path.empty() || !flags->config.init_path.empty())

@@ -3,8 +3,11 @@
 
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <limits>
+#include <stdexcept>
 
 #include "apps/cleave/commands.h"
 #include "apps/flag_checks.h"
@@ -48,8 +51,11 @@ void add_train_flags(CLI::App& cmd, TrainFlags& f) {
   cmd.add_option("--limit-test", c.limit_test, "Test on the first N samples only (--text: N validation windows)")
       ->check(flag_checks::positive());
   cmd.add_option("--max-steps", c.max_steps, "Stop after N optimizer steps in total")->check(flag_checks::non_negative());
-  cmd.add_option("--microbatches", c.microbatches, "Micro-batches per batch (gradients are accumulated)")
-      ->capture_default_str()->check(flag_checks::positive());
+  f.microbatches = std::to_string(c.microbatches);
+  cmd.add_option("--microbatches", f.microbatches,
+                 "Micro-batches per batch (gradients are accumulated), or auto: the planner chooses them from the "
+                 "batch, the stages and the memory (pipeline training)")
+      ->capture_default_str()->check(microbatches_check());
   cmd.add_option("--backend", c.backend, "auto | cpu | opencl | cuda")->capture_default_str()
       ->check(CLI::IsMember({"auto", "cpu", "opencl", "cuda"}));
   cmd.add_option("--threads", c.threads, "CPU threads (0 = all cores)")->capture_default_str()
@@ -58,7 +64,27 @@ void add_train_flags(CLI::App& cmd, TrainFlags& f) {
   cmd.add_flag("--no-progress", f.no_progress, "Do not draw the progress bar");
 }
 
+std::optional<int> parse_microbatches(const std::string& text) {
+  if (text == "auto") return std::nullopt;
+  double v = 0;
+  if (!flag_checks::read_number(text, v))
+    throw std::invalid_argument("expected a number of micro-batches or 'auto', got '" + text + "'");
+  if (!(v > 0)) throw std::invalid_argument("must be positive, got " + text);
+  if (v != std::floor(v) || v > std::numeric_limits<int>::max())
+    throw std::invalid_argument("must be a whole number of micro-batches (or 'auto'), got " + text);
+  return static_cast<int>(v);
+}
+
+CLI::Validator microbatches_check() { return flag_checks::parsed_by(parse_microbatches, "N|auto"); }
+
 void finish_train_flags(TrainFlags& f) {
+  try {
+    const std::optional<int> m = parse_microbatches(f.microbatches);
+    f.microbatches_auto = !m;
+    if (m) f.config.microbatches = *m;
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(std::string("--microbatches: ") + e.what());
+  }
   if (f.config.optimizer.kind == "adamw" && f.weight_decay->count() == 0) f.config.optimizer.weight_decay = 0.01f;
   f.config.progress = !f.no_progress;
   if (f.text->count() > 0 && f.dataset->count() > 0)

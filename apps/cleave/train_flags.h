@@ -3,6 +3,7 @@
 // registered once so every command spells them the same way.
 #pragma once
 
+#include <optional>
 #include <string>
 
 #include <CLI/CLI.hpp>
@@ -14,6 +15,8 @@ namespace cleave {
 
 struct TrainFlags {
   TrainConfig config;
+  std::string microbatches = "1";  // --microbatches as given: a count (into config.microbatches) or "auto"
+  bool microbatches_auto = false;  // "auto": the planner chooses config.microbatches (pipeline training)
   std::string json_path;
   bool no_progress = false;
   CLI::Option* weight_decay = nullptr;
@@ -27,8 +30,14 @@ struct TrainFlags {
 // --limit-test, --max-steps, --microbatches, --backend, --threads, --json,
 // --no-progress to `cmd`.
 void add_train_flags(CLI::App& cmd, TrainFlags& flags);
-// Applies defaults that depend on other flags (AdamW's weight decay) and
-// validates (--text and --dataset exclude each other); throws UsageError.
+// --microbatches' value: "auto" gives nullopt (the planner chooses), a whole
+// number >= 1 that count. Throws std::invalid_argument saying what is wrong.
+std::optional<int> parse_microbatches(const std::string& text);
+// The CLI11 check of --microbatches (parse_microbatches), shared by train and plan.
+CLI::Validator microbatches_check();
+
+// Applies defaults that depend on other flags (AdamW's weight decay), reads
+// --microbatches into config.microbatches / microbatches_auto and validates (--text and --dataset exclude each other); throws UsageError.
 void finish_train_flags(TrainFlags& flags);
 // Throws UsageError (exit 2) when `flag`'s `path` cannot be written; "" is fine.
 void require_writable(const char* flag, const std::string& path);

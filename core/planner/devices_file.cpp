@@ -107,6 +107,23 @@ int64_t parse_memory_size(const json& value) {
   return static_cast<int64_t>(bytes);
 }
 
+namespace {
+// d[key]: one number >= 0 per layer (`what` says what each is).
+std::vector<double> read_seconds(const json& d, const char* key, const char* what, const std::string& source,
+                                 const std::string& where) {
+  const json& t = d[key];
+  if (!t.is_array()) throw file_error(source, where + ": " + key + ": expected an array of " + what);
+  std::vector<double> secs;
+  for (size_t j = 0; j < t.size(); ++j) {
+    if (!t[j].is_number() || !std::isfinite(t[j].get<double>()) || t[j].get<double>() < 0)
+      throw file_error(source, where + ": " + key + "[" + std::to_string(j) + "]: expected a number >= 0, got " +
+                                   json_excerpt(t[j]));
+    secs.push_back(t[j].get<double>());
+  }
+  return secs;
+}
+}  // namespace
+
 Cluster parse_cluster(const json& doc, const std::string& source) {
   if (!doc.is_object()) throw file_error(source, "expected a JSON object with \"devices\"");
   check_fields(doc, {"devices", "links", "default_link", "description"}, source, "top level");
@@ -123,7 +140,7 @@ Cluster parse_cluster(const json& doc, const std::string& source) {
     DeviceProfile dev;
     dev.name = d["name"].get<std::string>();
     where += " ('" + dev.name + "')";
-    check_fields(d, {"name", "memory", "gflops", "layer_seconds", "update_seconds_per_param", "host", "host_cores",
+    check_fields(d, {"name", "memory", "gflops", "layer_seconds", "layer_microbatch_seconds", "update_seconds_per_param", "host", "host_cores",
                      "cpu_threads", "backend", "address", "description"}, source, where);
     if (c.index_of(dev.name) >= 0) throw file_error(source, where + ": duplicate device name '" + dev.name + "'");
     if (!d.contains("memory")) throw file_error(source, where + ": missing field 'memory'");
@@ -136,17 +153,11 @@ Cluster parse_cluster(const json& doc, const std::string& source) {
     dev.gflops = get_number(d, "gflops", source, where, !measured, 0);
     if (!std::isfinite(dev.gflops) || dev.gflops < 0 || (!measured && dev.gflops == 0))
       throw file_error(source, where + ": gflops: expected a positive number (sustained GFLOP/s), got " + json_excerpt(d["gflops"]));
-    if (measured) {
-      const json& t = d["layer_seconds"];
-      if (!t.is_array()) throw file_error(source, where + ": layer_seconds: expected an array of seconds per sample");
-      std::vector<double> secs;
-      for (size_t j = 0; j < t.size(); ++j) {
-        if (!t[j].is_number() || !std::isfinite(t[j].get<double>()) || t[j].get<double>() < 0)
-          throw file_error(source, where + ": layer_seconds[" + std::to_string(j) + "]: expected a number >= 0, got " +
-                                       json_excerpt(t[j]));
-        secs.push_back(t[j].get<double>());
-      }
-      dev.layer_seconds_per_sample = std::move(secs);
+    if (measured) dev.layer_seconds_per_sample = read_seconds(d, "layer_seconds", "seconds per sample", source, where);
+    if (d.contains("layer_microbatch_seconds")) {
+      if (!measured) throw file_error(source, where + ": layer_microbatch_seconds needs layer_seconds too");
+      dev.layer_seconds_per_microbatch =
+          read_seconds(d, "layer_microbatch_seconds", "fixed seconds per micro-batch", source, where);
     }
     if (d.contains("host")) {
       if (!d["host"].is_string()) throw file_error(source, where + ": host: expected a string naming the machine");
@@ -226,6 +237,7 @@ json cluster_to_json(const Cluster& c) {
   for (const DeviceProfile& d : c.devices) {
     json j = {{"name", d.name}, {"memory", d.memory_bytes}, {"gflops", d.gflops}};
     if (d.layer_seconds_per_sample) j["layer_seconds"] = *d.layer_seconds_per_sample;
+    if (d.layer_seconds_per_microbatch) j["layer_microbatch_seconds"] = *d.layer_seconds_per_microbatch;
     if (d.update_seconds_per_param > 0) j["update_seconds_per_param"] = d.update_seconds_per_param;
     if (d.backend) j["backend"] = backend_name(*d.backend);
     if (!d.host.empty()) {

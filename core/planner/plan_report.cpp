@@ -79,6 +79,7 @@ json to_json(const Plan& plan, const ModelProfile& model) {
           {"optimizer", model.optimizer},
           {"schedule", schedule_name(plan.options.schedule)},
           {"microbatches", plan.options.microbatches},
+          {"microbatches_auto", plan.options.microbatches_auto},
           {"batch", plan.options.batch},
           {"microbatch_size", plan.microbatch_size},
           {"encoding", transport::encoding_name(plan.options.encoding)},
@@ -137,7 +138,8 @@ std::string format_plan_table(const Plan& plan, const ModelProfile& model) {
   std::snprintf(buf, sizeof buf, "%.1f", plan.samples_per_second);
   out << "predicted: bottleneck " << format_seconds(plan.bottleneck_seconds) << " per batch of " << o.batch
       << "; batch time " << format_seconds(plan.batch_seconds) << " (" << schedule_name(o.schedule) << ", "
-      << o.microbatches << " micro-batches of " << plan.microbatch_size << ", " << plan.stages.size()
+      << o.microbatches << " micro-batches of " << plan.microbatch_size
+      << (o.microbatches_auto ? " (--microbatches auto)" : "") << ", " << plan.stages.size()
       << " stage" << (plan.stages.size() == 1 ? "" : "s") << "); " << buf << " samples/s\n";
   if (plan.shared_host_slowdown > 1) {
     std::snprintf(buf, sizeof buf, "%.2f", plan.shared_host_slowdown);

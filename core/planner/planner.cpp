@@ -46,6 +46,22 @@ double forward_share(const LayerProfile& l) {
   return l.param_count > 0 ? 1.0 / 3 : 0.5;
 }
 
+// Prefix sums of measured per-layer times `t` (one per layer of `model`, each
+// >= 0) and of their forward shares. Errors name the device (`label`) and
+// the `kind` of times ("measured", "measured per-micro-batch").
+void add_measured_times(const ModelProfile& model, const std::vector<double>& t, const std::string& label,
+                        const std::string& kind, std::vector<double>& prefix, std::vector<double>& prefix_forward) {
+  const int n = model.num_layers();
+  if (static_cast<int>(t.size()) != n)
+    throw PlanError(label + ": " + std::to_string(t.size()) + " " + kind + " layer times for a model of " +
+                    std::to_string(n) + " layers");
+  for (int i = 0; i < n; ++i) {
+    if (!finite_nonneg(t[i])) throw PlanError(label + ": " + kind + " time of layer " + std::to_string(i) + " must be >= 0");
+    prefix[i + 1] = prefix[i] + t[i];
+    prefix_forward[i + 1] = prefix_forward[i] + t[i] * forward_share(model.layers[i]);
+  }
+}
+
 void check_link(const LinkProfile& l, const std::string& what) {
   if (!std::isfinite(l.mbps) || l.mbps <= 0)
     throw PlanError(what + ": bandwidth must be a positive number of Mbit/s, got " + std::to_string(l.mbps));
@@ -72,6 +88,7 @@ CostModel::CostModel(const ModelProfile& model, const Cluster& cluster, const Pl
   if (options.max_stages < 0) throw PlanError("max stages must be >= 0 (0: no limit)");
   batch_ = options.batch;
   mb_ = (options.batch + options.microbatches - 1) / options.microbatches;
+  microbatches_ = options.microbatches;
 
   for (int i = 0; i < n_; ++i) {
     const LayerProfile& l = model.layers[i];
@@ -84,6 +101,8 @@ CostModel::CostModel(const ModelProfile& model, const Cluster& cluster, const Pl
   prefix_seconds_.assign(d_, std::vector<double>(n_ + 1, 0.0));
   prefix_update_.assign(d_, std::vector<double>(n_ + 1, 0.0));
   prefix_forward_.assign(d_, std::vector<double>(n_ + 1, 0.0));
+  prefix_fixed_.assign(d_, std::vector<double>(n_ + 1, 0.0));
+  prefix_forward_fixed_.assign(d_, std::vector<double>(n_ + 1, 0.0));
   memory_.resize(d_);
   for (int k = 0; k < d_; ++k) {
     const DeviceProfile& dev = cluster.devices[k];
@@ -96,17 +115,14 @@ CostModel::CostModel(const ModelProfile& model, const Cluster& cluster, const Pl
           prefix_update_[k][i] + static_cast<double>(model.layers[i].param_count) * dev.update_seconds_per_param;
     const bool measured = dev.layer_seconds_per_sample.has_value();
     if (measured) {
-      const auto& t = *dev.layer_seconds_per_sample;
-      if (static_cast<int>(t.size()) != n_)
-        throw PlanError(device_label(cluster, k) + ": " + std::to_string(t.size()) +
-                        " measured layer times for a model of " + std::to_string(n_) + " layers");
-      for (int i = 0; i < n_; ++i) {
-        if (!finite_nonneg(t[i]))
-          throw PlanError(device_label(cluster, k) + ": measured time of layer " + std::to_string(i) + " must be >= 0");
-        prefix_seconds_[k][i + 1] = prefix_seconds_[k][i] + t[i];
-        prefix_forward_[k][i + 1] = prefix_forward_[k][i] + t[i] * forward_share(model.layers[i]);
-      }
+      add_measured_times(model, *dev.layer_seconds_per_sample, device_label(cluster, k), "measured", prefix_seconds_[k],
+                         prefix_forward_[k]);
+      if (dev.layer_seconds_per_microbatch)
+        add_measured_times(model, *dev.layer_seconds_per_microbatch, device_label(cluster, k),
+                           "measured per-micro-batch", prefix_fixed_[k], prefix_forward_fixed_[k]);
     } else {
+      if (dev.layer_seconds_per_microbatch)
+        throw PlanError(device_label(cluster, k) + ": per-micro-batch layer times need per-sample layer times too");
       if (!std::isfinite(dev.gflops) || dev.gflops <= 0)
         throw PlanError(device_label(cluster, k) + ": gflops must be a positive number, got " + std::to_string(dev.gflops));
       const double flops_per_second = dev.gflops * 1e9;
@@ -173,6 +189,16 @@ int CostModel::in_flight(int num_stages, int stage) const {
   return max_in_flight(options_.schedule, stage, num_stages, options_.microbatches);
 }
 
+double CostModel::bubble(int num_stages) const {
+  const int m = options_.microbatches;
+  if (options_.schedule != ScheduleKind::zb1 || m >= num_stages) return bubble_fraction(options_.schedule, num_stages, m);
+  // ZB-H1 with M < p: a simulation of make_schedule with unit action times takes
+  // 3M + p - 1 + (p - M) units, p - M more than with enough W's to fill the
+  // drain (tests/planner/test_microbatches.cpp checks it).
+  const double idle = (num_stages - 1) + (num_stages - m);
+  return idle / (3.0 * m + idle);
+}
+
 // ---------------------------------------------------------------------------
 // Evaluating an assignment
 
@@ -226,9 +252,8 @@ Plan evaluate_plan(const CostModel& cost, const std::vector<int>& devices, const
   }
   for (int k = 0; k < cost.num_devices(); ++k)
     if (!used[k]) out.unused_devices.push_back(cluster.devices[k].name);
-  const double m = cost.options().microbatches;
   out.bottleneck_seconds = bottleneck;
-  out.batch_seconds = bottleneck / (1 - bubble_fraction(cost.options().schedule, p, static_cast<int>(m)));
+  out.batch_seconds = cost.batch_seconds(bottleneck, p);
   out.samples_per_second = out.batch_seconds > 0 ? static_cast<double>(cost.options().batch) / out.batch_seconds : kInf;
   return out;
 }
@@ -267,8 +292,9 @@ Plan plan_shared_hosts(const ModelProfile& model, const Cluster& cluster, const 
       worst = std::max(worst, f);
       d.gflops /= f;
       d.update_seconds_per_param *= f;
-      if (d.layer_seconds_per_sample)
-        for (double& t : *d.layer_seconds_per_sample) t *= f;
+      for (auto* times : {&d.layer_seconds_per_sample, &d.layer_seconds_per_microbatch})
+        if (*times)
+          for (double& t : **times) t *= f;
     }
     PlanOptions o = options;
     o.max_stages = p;
@@ -282,6 +308,30 @@ Plan plan_shared_hosts(const ModelProfile& model, const Cluster& cluster, const 
     }
   }
   if (!best) throw *last_error;
+  return *best;
+}
+
+Plan plan_microbatches(const ModelProfile& model, const Cluster& cluster, const PlanOptions& options) {
+  if (!options.microbatches_auto) return plan_shared_hosts(model, cluster, options);
+  if (options.batch < 1) throw PlanError("--batch must be >= 1, got " + std::to_string(options.batch));
+  std::optional<Plan> best;
+  std::optional<PlanError> last_error;  // the one with the most micro-batches
+  int searched = 0;
+  for (int64_t m = 1; m <= std::min<int64_t>(options.batch, std::numeric_limits<int>::max()); ++m) {
+    PlanOptions o = options;
+    o.microbatches = static_cast<int>(m);
+    try {
+      Plan candidate = plan_shared_hosts(model, cluster, o);
+      searched += candidate.search_runs;
+      if (!best || candidate.batch_seconds < best->batch_seconds) best = std::move(candidate);
+    } catch (const PlanError& e) {
+      last_error = e;
+    }
+  }
+  if (!best)
+    throw PlanError(std::string(last_error->what()) + " (--microbatches auto: no micro-batch count from 1 to " +
+                    std::to_string(options.batch) + " fits; this is the error at " + std::to_string(options.batch) + ")");
+  best->search_runs = searched;
   return *best;
 }
 

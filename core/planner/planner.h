@@ -41,6 +41,10 @@ struct PlanOptions {
   int64_t batch = 64;                // B >= M samples per optimizer step
   transport::Encoding encoding = transport::Encoding::kF32;  // activations / gradients on links (unless a link overrides)
   int max_stages = 0;                // 0: up to one stage per device
+  // --microbatches auto: plan_microbatches() chooses `microbatches` (every M in
+  // 1..B that fits, the fastest predicted batch); plan() itself plans for the
+  // M given and only reports the flag.
+  bool microbatches_auto = false;
   Recompute recompute = Recompute::none;  // none | all | when_needed (auto): where stages recompute activations
 };
 
@@ -55,16 +59,19 @@ class CostModel {
   int num_devices() const { return d_; }
   int64_t microbatch_size() const { return mb_; }  // ceil(B / M)
 
-  // Forward + backward of layers [begin, end) for B samples on `device`, plus
-  // one optimizer step over their parameters.
+  // Forward + backward of layers [begin, end) for B samples in M micro-batches
+  // on `device` (B * per-sample time + M * per-micro-batch time), plus one
+  // optimizer step over their parameters.
   double compute_seconds(int device, int begin, int end) const {
     return static_cast<double>(batch_) * (prefix_seconds_[device][end] - prefix_seconds_[device][begin]) +
+           microbatches_ * (prefix_fixed_[device][end] - prefix_fixed_[device][begin]) +
            (prefix_update_[device][end] - prefix_update_[device][begin]);
   }
-  // The forward of layers [begin, end) for B samples on `device` once more:
-  // what recomputing the stage's activations in backward adds.
+  // The forward of layers [begin, end) for B samples in M micro-batches on
+  // `device` once more: what recomputing the stage's activations in backward adds.
   double recompute_seconds(int device, int begin, int end) const {
-    return static_cast<double>(batch_) * (prefix_forward_[device][end] - prefix_forward_[device][begin]);
+    return static_cast<double>(batch_) * (prefix_forward_[device][end] - prefix_forward_[device][begin]) +
+           microbatches_ * (prefix_forward_fixed_[device][end] - prefix_forward_fixed_[device][begin]);
   }
   // Whether that stage recomputes under options().recompute: never (none),
   // always (all), or when it does not fit the device's memory otherwise (auto).
@@ -83,6 +90,17 @@ class CostModel {
   // Micro-batches stage `stage` of `num_stages` keeps in flight:
   // max_in_flight(schedule, stage, num_stages, M) (core/pipeline/schedule.h).
   int in_flight(int num_stages, int stage) const;
+  // Fraction of a batch's time a stage of a `num_stages`-stage pipeline idles
+  // when forwards, input and weight gradients take equal times:
+  // bubble_fraction (core/pipeline/schedule.h) for GPipe and 1F1B, and for
+  // ZB-H1 also with fewer micro-batches than stages, where too few W's are left
+  // to fill the drain: (p - 1 + max(0, p - M)) / (3M + p - 1 + max(0, p - M)).
+  double bubble(int num_stages) const;
+  // The predicted time of a batch whose slowest stage or cut takes
+  // `bottleneck` seconds, on `num_stages` stages: bottleneck / (1 - bubble).
+  double batch_seconds(double bottleneck, int num_stages) const {
+    return bottleneck / (1 - bubble(num_stages));
+  }
   // The memory model (memory_model.h) of a stage [begin, end) on `device`
   // (its DeviceProfile::backend) keeping `in_flight` micro-batches of
   // microbatch_size() samples, recomputing where recomputes() says.
@@ -116,9 +134,12 @@ class CostModel {
   PlanOptions options_;
   int n_, d_;
   int64_t batch_, mb_;
+  double microbatches_;  // M
   std::vector<std::vector<double>> prefix_seconds_;  // [device][i]: per-sample seconds of layers [0, i)
   std::vector<std::vector<double>> prefix_update_;   // [device][i]: optimizer-step seconds of layers [0, i)
   std::vector<std::vector<double>> prefix_forward_;  // [device][i]: per-sample forward seconds of layers [0, i)
+  std::vector<std::vector<double>> prefix_fixed_;    // [device][i]: per-micro-batch seconds of layers [0, i)
+  std::vector<std::vector<double>> prefix_forward_fixed_;  // [device][i]: their forward share
   std::vector<MemoryModel> stage_models_;  // one per distinct backend among the devices
   std::vector<int> device_model_;          // [device]: its model in stage_models_
   std::vector<int64_t> memory_;
@@ -149,7 +170,7 @@ struct Plan {
   std::vector<StagePlan> stages;
   std::vector<std::string> unused_devices;
   double bottleneck_seconds = 0;      // max over stages and cuts, per batch
-  double batch_seconds = 0;           // bottleneck / (1 - bubble_fraction(schedule, p, M)): (M + p - 1) / M * bottleneck (gpipe, 1f1b)
+  double batch_seconds = 0;           // CostModel::batch_seconds: bottleneck / (1 - bubble), e.g. (M + p - 1) / M * bottleneck (gpipe, 1f1b)
   double samples_per_second = 0;      // B / batch_seconds
   int search_runs = 0;                // exact feasibility passes the search made
   // plan_shared_hosts(): the largest factor by which co-located devices' compute
@@ -174,6 +195,16 @@ Plan plan(const ModelProfile& model, const Cluster& cluster, const PlanOptions& 
 // is on one machine; conservative when several machines each host several.
 // Without contention it is plan(). Throws what plan() throws.
 Plan plan_shared_hosts(const ModelProfile& model, const Cluster& cluster, const PlanOptions& options);
+
+// The plan cleave plan and cleave train use: plan_shared_hosts() for the
+// options' M, or, with options.microbatches_auto, plan_shared_hosts() for every
+// M in 1..B, keeping the plan with the smallest predicted batch time (fewer
+// micro-batches on ties; docs/planner.md "Choosing M"). Every M that fits is
+// tried: a cost that grows with M (each micro-batch's per-layer fixed time and
+// link latency) against a bubble that shrinks with it. The plan's options hold
+// the M chosen. Throws what plan() throws; when no M fits, the error of the
+// most micro-batches (the least activation memory per micro-batch).
+Plan plan_microbatches(const ModelProfile& model, const Cluster& cluster, const PlanOptions& options);
 
 // Evaluates a given assignment under the cost model (stages filled in, bottleneck
 // marked). `devices[s]` hosts layers [cuts[s], cuts[s + 1]); cuts has p + 1

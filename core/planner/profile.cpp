@@ -1,6 +1,8 @@
 // profile.cpp: per-layer profiles from a ModelSpec, and cluster lookups.
 #include "core/planner/profile.h"
 
+#include <algorithm>
+#include <cmath>
 #include <stdexcept>
 
 #include "core/model/model_spec.h"
@@ -43,6 +45,28 @@ ModelProfile profile_model(const ModelSpec& spec, const std::string& optimizer_k
     p.layers.push_back(std::move(l));
   }
   return p;
+}
+
+LayerTimeFit fit_layer_times(int64_t small, const std::vector<double>& per_sample_small, int64_t large,
+                             const std::vector<double>& per_sample_large) {
+  if (small < 1 || large <= small || per_sample_small.size() != per_sample_large.size())
+    throw std::invalid_argument("fit_layer_times: need 1 <= small < large and one time per layer at each size");
+  LayerTimeFit fit;
+  for (size_t l = 0; l < per_sample_large.size(); ++l) {
+    const double a = per_sample_small[l], b = per_sample_large[l];
+    const bool a_ok = std::isfinite(a) && a >= 0, b_ok = std::isfinite(b) && b >= 0;
+    if (!a_ok || !b_ok) {  // keep what was measured at the small size: the large one did not fit, or neither did
+      fit.per_sample.push_back(a);
+      fit.per_microbatch.push_back(0);
+      continue;
+    }
+    const double ta = a * static_cast<double>(small), tb = b * static_cast<double>(large);  // seconds per micro-batch
+    const double slope = (tb - ta) / static_cast<double>(large - small);
+    const double fixed = std::clamp(ta - slope * static_cast<double>(small), 0.0, ta);
+    fit.per_microbatch.push_back(fixed);
+    fit.per_sample.push_back(std::max(0.0, (tb - fixed) / static_cast<double>(large)));
+  }
+  return fit;
 }
 
 int Cluster::index_of(const std::string& name) const {

@@ -68,6 +68,21 @@ struct ModelProfile {
 // registry rejects, which a loaded ModelSpec never has).
 ModelProfile profile_model(const ModelSpec& spec, const std::string& optimizer_kind, double momentum);
 
+// Layer times measured at two micro-batch sizes, `small` < `large` samples
+// (seconds per sample at each, one per layer), fitted as
+// time(mb) = fixed + mb * per_sample: per layer, the line through both
+// measurements, fixed clamped to [0, time(small)] and per_sample to >= 0 so
+// that noise never makes a micro-batch cheaper than nothing. A layer with a
+// measurement that is negative or not finite (it did not fit the device at that
+// size) keeps its small-size value as its per-sample time (still negative when
+// that one did not fit either) and no fixed cost.
+struct LayerTimeFit {
+  std::vector<double> per_sample;     // DeviceProfile::layer_seconds_per_sample
+  std::vector<double> per_microbatch; // DeviceProfile::layer_seconds_per_microbatch
+};
+LayerTimeFit fit_layer_times(int64_t small, const std::vector<double>& per_sample_small, int64_t large,
+                             const std::vector<double>& per_sample_large);
+
 // How activations and gradients travel on a link is transport::Encoding
 // (transport/codec.h: its names, parser and bytes per value), the same enum
 // the links use.
@@ -79,6 +94,11 @@ struct DeviceProfile {
   // Optional measured seconds per sample, forward + backward, one per layer;
   // when present it replaces flops / gflops for this device.
   std::optional<std::vector<double>> layer_seconds_per_sample;
+  // Optional measured fixed seconds per micro-batch, one per layer (with
+  // layer_seconds_per_sample only): a micro-batch of mb samples of layer l then
+  // takes layer_seconds_per_microbatch[l] + mb * layer_seconds_per_sample[l]
+  // (each call's overhead, small micro-batches' lower efficiency). Absent: 0.
+  std::optional<std::vector<double>> layer_seconds_per_microbatch{};
   // Seconds per parameter of one optimizer step (with zero_grad) on this
   // device: a stage pays it once per batch for every parameter it holds.
   // 0 when unknown (offline files that do not give it).

@@ -41,6 +41,7 @@ struct ClusterOptions {
   std::string trace_path;               // Chrome trace output ("" = none)
   std::string planner = "auto";         // auto: profile + planner; balance: even split over all devices
   std::string recompute = "none";       // none | all | auto: stages that recompute activations in backward
+  bool microbatches_auto = false;       // --microbatches auto: the planner chooses the config's microbatches
   bool insecure = false;
   int register_timeout_ms = 120000;     // waiting for N daemons
   int peer_timeout_ms = 5000;           // a daemon silent this long is declared dead

@@ -149,7 +149,7 @@ void Driver::plan() {
 // order; the devices left out wait in idle_ as spares.
 void Driver::choose_stages() {
   const int n = std::min(opts_.devices, static_cast<int>(devices_.size()));
-  if (opts_.planner == "balance" || n == 1) {
+  if (opts_.planner == "balance" || (n == 1 && !opts_.microbatches_auto)) {
     idle_.insert(idle_.end(), devices_.begin() + n, devices_.end());
     devices_.resize(static_cast<size_t>(n));
     bounds_ = balanced_bounds(spec_, cfg_.batch, n);
@@ -167,8 +167,13 @@ void Driver::choose_stages() {
     po.batch = cfg_.batch;
     po.encoding = encoding_;
     po.recompute = recompute_policy_;
+    // --microbatches auto chooses M at the first plan only: a re-plan after a lost
+    // device keeps it, so that the recovered run computes what the lost one would have.
+    po.microbatches_auto = opts_.microbatches_auto && plan_epoch_ == 0;
     const ModelProfile mp = profile_model(spec_, cfg_.optimizer.kind, cfg_.optimizer.momentum);
-    const Plan pl = plan_shared_hosts(mp, cluster, po);
+    Plan pl = plan_microbatches(mp, cluster, po);
+    cfg_.microbatches = pl.options.microbatches;
+    pl.options.microbatches_auto = opts_.microbatches_auto;
     plan_json_ = to_json(pl, mp);
     profile_json_ = cluster_to_json(cluster);
     if (cfg_.progress) std::fprintf(stderr, "%s", format_plan_table(pl, mp).c_str());
@@ -478,6 +483,7 @@ nlohmann::json Driver::result(const EvalResult& ev, int64_t parameters) const {
   out["schedule"] = schedule_name(schedule_);
   out["encoding"] = encoding_name(encoding_);
   out["recompute"] = recompute_name(recompute_policy_);
+  out["microbatches_auto"] = opts_.microbatches_auto;  // "microbatches" (training_result) is the count used
   out["train_seconds"] = train_seconds_;
   nlohmann::json devs = nlohmann::json::array(), plan = nlohmann::json::array();
   for (const auto& d : devices_) {

@@ -109,6 +109,8 @@ class Driver {
 
   // Planner input from the live devices (pipeline_profile.cpp).
   Cluster profile_cluster();
+  // One device's per-sample layer times at micro-batches of `samples`; its reply in `detail`.
+  std::vector<double> layer_times(const StageDevice& d, int64_t samples, nlohmann::json& detail);
   // Round-trip probes to `peer`: (one-way latency ms, bandwidth Mbit/s).
   std::pair<double, double> probe_link(const std::string& peer);
 
@@ -144,7 +146,7 @@ class Driver {
   // state blocks (0: weights only).
   std::vector<StageState> gather_states(size_t buffers);
 
-  const TrainConfig& cfg_;
+  TrainConfig cfg_;  // a copy: --microbatches auto sets its microbatches at the first plan
   const ClusterOptions& opts_;
   std::unique_ptr<Session> session_;
   Clock::time_point t_start_ = Clock::now();

@@ -64,32 +64,59 @@ std::pair<double, double> Driver::probe_link(const std::string& peer) {
   return {latency_ms, mbps};
 }
 
+// Seconds per sample of each layer on device `d`, timed at micro-batches of
+// `samples` (the daemon's profile_layers); a layer that does not fit gets -1.
+std::vector<double> Driver::layer_times(const StageDevice& d, int64_t samples, nlohmann::json& detail) {
+  const Received r = request(d.name, command_message(ProfileCmd{spec_.to_json().dump(), samples, to_wire(cfg_.optimizer)}),
+                             "the profiling request", Millis(120000));
+  detail = ack_detail(r);
+  return reading(d.name, "the profiling request", [&] {
+    std::vector<double> secs = detail.at("layer_seconds_per_sample").get<std::vector<double>>();
+    if (static_cast<int>(secs.size()) != spec_.num_layers())
+      throw std::invalid_argument("\"layer_seconds_per_sample\" has " + std::to_string(secs.size()) +
+                                  " entries for a model of " + std::to_string(spec_.num_layers()) + " layers");
+    for (double& v : secs)
+      if (!(v >= 0) || !std::isfinite(v)) v = -1;  // the layer does not fit this device on its own
+    return secs;
+  });
+}
+
 Cluster Driver::profile_cluster() {
-  const ModelSpec& spec = spec_;
   Cluster cluster;
-  const int64_t mb_samples = std::max<int64_t>(1, (cfg_.batch + cfg_.microbatches - 1) / cfg_.microbatches);
+  // With a given M the layers are timed at its micro-batch size, which is all
+  // the cost model needs. With --microbatches auto (chosen once, at the first
+  // plan) they are timed at two sizes, B and about B / 16, and fitted as a
+  // fixed time per micro-batch plus a time per sample (fit_layer_times), so
+  // that the planner can weigh more, smaller micro-batches; `cleave profile`
+  // times at its micro-batch size and a sixteenth of it, so that its devices
+  // file serves `cleave plan --microbatches auto` too.
+  const bool choosing = opts_.microbatches_auto && plan_epoch_ == 0;
+  const int64_t large = choosing ? std::min<int64_t>(cfg_.batch, int64_t{1} << 20)
+                                 : std::max<int64_t>(1, (cfg_.batch + cfg_.microbatches - 1) / cfg_.microbatches);
+  const int64_t small = std::max<int64_t>(1, large / 16);
+  const bool two_sizes = (choosing || opts_.profile_only) && large > 1;
   std::vector<double> caps(devices_.size(), 0);  // declared --bandwidth-limit of each, Mbit/s (0: none)
   // One device at a time, so that devices sharing a machine do not slow each
   // other's measurements down.
   for (size_t i = 0; i < devices_.size(); ++i) {
     const StageDevice& d = devices_[i];
-    const Received r = request(d.name, command_message(ProfileCmd{spec.to_json().dump(), mb_samples, to_wire(cfg_.optimizer)}),
-                               "the profiling request", Millis(120000));
-    const nlohmann::json detail = ack_detail(r);
-    DeviceProfile dp = reading(d.name, "the profiling request", [&] {
-      DeviceProfile p;
-      p.name = d.name;
-      p.memory_bytes = static_cast<int64_t>(d.reg.memory_free);
-      p.gflops = d.reg.compute_gflops;
-      std::vector<double> secs = detail.at("layer_seconds_per_sample").get<std::vector<double>>();
-      if (static_cast<int>(secs.size()) != spec.num_layers())
-        throw std::invalid_argument("\"layer_seconds_per_sample\" has " + std::to_string(secs.size()) +
-                                    " entries for a model of " + std::to_string(spec.num_layers()) + " layers");
-      for (double& v : secs)
-        if (!(v >= 0) || !std::isfinite(v)) v = 1e9;  // the layer does not fit this device on its own
-      p.layer_seconds_per_sample = secs;
-      p.update_seconds_per_param = json_number(detail, "update_seconds_per_param", 0.0, 0.0);
-      return p;
+    nlohmann::json detail;
+    DeviceProfile dp;
+    dp.name = d.name;
+    dp.memory_bytes = static_cast<int64_t>(d.reg.memory_free);
+    dp.gflops = d.reg.compute_gflops;
+    std::vector<double> secs = layer_times(d, large, detail);
+    if (two_sizes) {
+      nlohmann::json small_detail;
+      LayerTimeFit fit = fit_layer_times(small, layer_times(d, small, small_detail), large, secs);
+      secs = std::move(fit.per_sample);
+      dp.layer_seconds_per_microbatch = std::move(fit.per_microbatch);
+    }
+    for (double& v : secs)
+      if (v < 0) v = 1e9;  // the layer does not fit this device on its own
+    dp.layer_seconds_per_sample = std::move(secs);
+    dp.update_seconds_per_param = reading(d.name, "the profiling request", [&] {
+      return json_number(detail, "update_seconds_per_param", 0.0, 0.0);
     });
     // Checked at registration (check_pipeline_details).
     caps[i] = json_number(d.details, "bandwidth_limit_bytes_per_sec", 0.0) * 8 / 1e6;
