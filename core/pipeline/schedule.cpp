@@ -112,7 +112,12 @@ double bubble_fraction(ScheduleKind kind, int stages, int microbatches) {
   // With unit F, B and W each stage works 3M units; the last one ends at
   // 3M + p - 1 under ZB-H1, at 3M + 3 (p - 1) under 1F1B and GPipe (whose
   // whole backward, 2 units, the previous stage waits for).
-  if (kind == ScheduleKind::zb1) return (p - 1) / (3 * m + p - 1);
+  // With M < p there are too few W's to fill ZB-H1's drain: p - M more idle
+  // units (tests/planner/test_microbatches.cpp simulates make_schedule).
+  if (kind == ScheduleKind::zb1) {
+    const double idle = (p - 1) + std::max(0.0, p - m);
+    return idle / (3 * m + idle);
+  }
   return (p - 1) / (m + p - 1);
 }
 

@@ -70,9 +70,9 @@ bool in_flight_by_suffix(ScheduleKind kind);
 // Fraction of a batch's time a stage idles under `kind` when every forward,
 // backward input half and weight half take the same time and links are free:
 // (p - 1) / (M + p - 1) for GPipe and 1F1B, (p - 1) / (3M + p - 1) for ZB-H1
-// (M >= p; with fewer micro-batches ZB-H1 cannot defer enough W's and the
-// fraction is a lower bound). The planner's batch time is its bottleneck
-// stretched by it: bottleneck / (1 - bubble).
+// with M >= p; with fewer micro-batches ZB-H1 cannot defer enough W's to fill
+// its drain: (p - 1 + p - M) / (3M + p - 1 + p - M). The planner's batch time
+// is its bottleneck stretched by it: bottleneck / (1 - bubble).
 double bubble_fraction(ScheduleKind kind, int stages, int microbatches);
 
 const char* action_name(ActionKind kind);

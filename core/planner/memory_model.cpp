@@ -132,16 +132,17 @@ StageMemory MemoryModel::stage(int begin, int end, int in_flight, bool recompute
   m.activations = bytes(mb_ * per_sample);
   m.recompute = recompute;
   m.workspace = bytes(work);
-  // Tensors on their way to a neighbour (LinkPump): the input gradients of
-  // micro-batches whose backward is done, and, recomputing, the outputs (a
-  // micro-batch in flight keeps only its input; otherwise its stash counts
-  // its output). A recomputing stage holds at every moment a part of what the
-  // same stage holds without recomputing, so it is never counted above that.
-  const int64_t grads_sent = begin > 0 ? range_max(input_max_, begin, begin + 1) : 0;
+  // Tensors on their way to a neighbour (LinkPump): the input gradient of a
+  // micro-batch whose backward is done, and, recomputing, an output (a
+  // micro-batch in flight keeps only its input; otherwise its stash counts its
+  // output). Each is bounded by the stage's widest activation, counted on
+  // every stage, so that more layers never need less. A recomputing stage
+  // holds at every moment a part of what the same stage holds without
+  // recomputing, so it is never counted above that.
+  const int64_t widest = std::max(range_max(input_max_, begin, end), out_[end - 1]);
   const bool rebuilt = recompute && recompute_frees;
-  int64_t links = kStageLinkSends * mb_ * (grads_sent + (rebuilt && !last ? out_[end - 1] : 0));
-  if (rebuilt)
-    links = std::min(links, mb_ * (in_flight * stash + kStageLinkSends * grads_sent) - mb_ * per_sample);
+  int64_t links = kStageLinkSends * mb_ * widest * (rebuilt ? 2 : 1);
+  if (rebuilt) links = std::min(links, mb_ * (in_flight * stash + kStageLinkSends * widest) - mb_ * per_sample);
   m.links = bytes(links);
   return m;
 }

@@ -16,12 +16,13 @@
 //                          gradient each micro-batch keeps until its backward])
 //   workspace    max(max over the layers of (mb * (input + output) + ws(mb)),
 //                    [last stage] mb * loss_bytes_per_sample)
-//   links        kStageLinkSends * mb * ([not first] input [+ output when
-//                recomputing, not last]): the tensors a stage link may still
-//                be sending while the stage computes the next micro-batch
-//                (core/runtime/daemon/link_pump.h); without recomputation an
-//                output on its way belongs to a micro-batch in flight, whose
-//                stash counts it
+//   links        kStageLinkSends * mb * widest [* 2 when recomputing]: the
+//                tensors a stage link may still be sending while the stage
+//                computes the next micro-batch (core/runtime/daemon/
+//                link_pump.h): an input gradient, and, recomputing, an output
+//                (without recomputation it belongs to a micro-batch in flight,
+//                whose stash counts it); widest is the largest activation at
+//                the stage's layers' inputs and its output
 //
 // With recomputation (Partition::set_recompute) a micro-batch in flight keeps
 // only the stage's input [and, on the last stage, its loss gradient] and the

@@ -190,13 +190,7 @@ int CostModel::in_flight(int num_stages, int stage) const {
 }
 
 double CostModel::bubble(int num_stages) const {
-  const int m = options_.microbatches;
-  if (options_.schedule != ScheduleKind::zb1 || m >= num_stages) return bubble_fraction(options_.schedule, num_stages, m);
-  // ZB-H1 with M < p: a simulation of make_schedule with unit action times takes
-  // 3M + p - 1 + (p - M) units, p - M more than with enough W's to fill the
-  // drain (tests/planner/test_microbatches.cpp checks it).
-  const double idle = (num_stages - 1) + (num_stages - m);
-  return idle / (3.0 * m + idle);
+  return bubble_fraction(options_.schedule, num_stages, options_.microbatches);
 }
 
 // ---------------------------------------------------------------------------

@@ -92,9 +92,7 @@ class CostModel {
   int in_flight(int num_stages, int stage) const;
   // Fraction of a batch's time a stage of a `num_stages`-stage pipeline idles
   // when forwards, input and weight gradients take equal times:
-  // bubble_fraction (core/pipeline/schedule.h) for GPipe and 1F1B, and for
-  // ZB-H1 also with fewer micro-batches than stages, where too few W's are left
-  // to fill the drain: (p - 1 + max(0, p - M)) / (3M + p - 1 + max(0, p - M)).
+  // bubble_fraction(schedule, num_stages, M) (core/pipeline/schedule.h).
   double bubble(int num_stages) const;
   // The predicted time of a batch whose slowest stage or cut takes
   // `bottleneck` seconds, on `num_stages` stages: bottleneck / (1 - bubble).

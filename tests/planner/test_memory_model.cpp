@@ -229,7 +229,12 @@ TEST_CASE("the memory model bounds what real stages allocate, within 1.5x (2.5x 
             const double slack = kind == ScheduleKind::zb1 ? (recompute ? kSlackZb1Recompute : kSlackZb1)
                                  : recompute                ? kRecomputeSlack
                                                             : kSlack;
-            CHECK(static_cast<double>(estimate) <= slack * static_cast<double>(measured));
+            // These stages run in one process, without a LinkPump: the tensors
+            // a daemon's links may hold (tests/integration/test_stage_memory.cpp)
+            // are not part of what they can be measured against.
+            const size_t held = estimate - estimates[s].links;
+            CHECK(held >= measured);
+            CHECK(static_cast<double>(held) <= slack * static_cast<double>(measured));
             // Weights, gradients and optimizer state are exact: the stage holds them from
             // construction to the end.
             const int64_t params = stages[s]->partition().param_count();

@@ -133,7 +133,7 @@ TEST_CASE("with no bubble the predicted batch time grows with the micro-batches"
   CHECK(plan_microbatches(model, cluster, o).options.microbatches == 1);
 }
 
-TEST_CASE("--microbatches auto picks an M no worse than every other", "[planner][microbatches]") {
+TEST_CASE("microbatches auto picks an M no worse than every other", "[planner][microbatches]") {
   std::mt19937_64 rng(1717);
   int checked = 0, above_one = 0, pipelined = 0;
   for (int it = 0; it < 120; ++it) {
@@ -184,7 +184,7 @@ TEST_CASE("--microbatches auto picks an M no worse than every other", "[planner]
   CHECK(pipelined > 5);
 }
 
-TEST_CASE("--microbatches auto splits a batch that does not fit whole", "[planner][microbatches]") {
+TEST_CASE("microbatches auto splits a batch that does not fit whole", "[planner][microbatches]") {
   const int n = 3;
   ModelProfile model = linear_model(n);
   for (LayerProfile& l : model.layers) l.stash_bytes = 1 << 20;  // 1 MiB per sample kept for backward

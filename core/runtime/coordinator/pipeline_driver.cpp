@@ -508,7 +508,7 @@ nlohmann::json Driver::result(const EvalResult& ev, int64_t parameters) const {
   out["refused_messages"] = session_->pool().refused_json();
   out.update(recovery_json());
   const int p = static_cast<int>(devices_.size());
-  out["bubble_theoretical"] = static_cast<double>(p - 1) / static_cast<double>(cfg_.microbatches + p - 1);
+  out["bubble_theoretical"] = bubble_fraction(schedule_, p, cfg_.microbatches);
   if (!opts_.trace_path.empty()) out["trace"] = opts_.trace_path;
   return out;
 }
