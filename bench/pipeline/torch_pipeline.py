@@ -130,8 +130,10 @@ def run(a):
 
     model, _ = torch_gpt.build_gpt(a.model)
     cut = parse_cut(a.cut, len(model))
-    if a.microbatches % len(cut) and a.schedule == "zb1":
-        raise ValueError(f"zb1: --microbatches ({a.microbatches}) must be a multiple of the stages ({len(cut)})")
+    rounds = max(1, a.microbatches // len(cut))  # ScheduleInterleavedZeroBubble's own requirement
+    if a.schedule == "zb1" and a.microbatches % rounds:
+        raise ValueError(f"zb1: PyTorch's zero-bubble schedule needs --microbatches ({a.microbatches}) to be a "
+                         f"multiple of its rounds, microbatches // stages = {rounds}")
     if a.batch % a.microbatches:
         raise ValueError(f"--batch {a.batch} is not a multiple of --microbatches {a.microbatches}")
     with tempfile.TemporaryDirectory(prefix="torch-pipeline-") as d:
