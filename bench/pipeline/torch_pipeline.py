@@ -163,7 +163,8 @@ def main():
     try:
         out = run(a)
     except Exception as e:  # a failed worker arrives as mp.ProcessRaisedException
-        traceback.print_exc(file=sys.stderr)
+        if not isinstance(e, ValueError):  # bad arguments need no traceback
+            traceback.print_exc(file=sys.stderr)
         torch_gpt.fail(f"{type(e).__name__}: {str(e).strip().splitlines()[-1] if str(e).strip() else ''}")
     print(json.dumps(out), flush=True)
 
