@@ -36,6 +36,7 @@
 #include "bench/common/bench_args.h"
 #include "apps/common/processes.h"
 #include "bench/common/local_daemons.h"
+#include "bench/common/python_script.h"
 #include "core/data/dataset.h"
 #include "core/io/json_file.h"
 #include "core/runtime/coordinator/pipeline.h"
@@ -75,52 +76,20 @@ using cleave::bench::load_average;
 
 using cleave::bench::median;
 
-// Runs a shell command, returns its stdout (stderr passes through) and exit status.
-std::pair<int, std::string> run_capture(const std::string& cmd) {
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return {-1, ""};
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  const int status = pclose(p);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
-}
+using cleave::bench::shell_quote;
 
-std::string quote(const std::string& s) { return "'" + s + "'"; }
-
-class Torch {
+// torch_gpt.py through the python with torch.
+class Torch : public cleave::bench::TorchPython {
  public:
-  explicit Torch(const Options& o) : o_(o) {
-    if (!o.torch) {
-      missing_ = "--no-torch";
-      return;
-    }
-    const auto [code, out] = run_capture(quote(o.python) + " -c 'import torch, numpy; print(torch.__version__)' 2>&1");
-    if (code != 0) missing_ = "PyTorch not importable by " + o.python + " (set --python or CLEAVE_TORCH_PYTHON)";
-    else version_ = out.substr(0, out.find('\n'));
-  }
-  bool available() const { return missing_.empty(); }
-  const std::string& missing() const { return missing_; }
-  const std::string& version() const { return version_; }
+  explicit Torch(const Options& o) : TorchPython(o.python, o.torch), o_(o) {}
 
   // One JSON answer of torch_gpt.py COMMAND ARGS; throws when it fails.
   json run(const std::string& command, const std::string& args) const {
-    const auto [code, out] = run_capture(quote(o_.python) + " " + quote(o_.torch_script) + " " + command +
-                                         " --model " + quote(o_.model) + " " + args);
-    // The answer is the last line (torch may warn on lines before it).
-    const size_t end = out.find_last_not_of("\n");
-    const size_t begin = end == std::string::npos ? 0 : out.rfind('\n', end);
-    const std::string last = end == std::string::npos ? "" : out.substr(begin == std::string::npos ? 0 : begin + 1);
-    json j = json::parse(last, nullptr, false);
-    if (code != 0 || !j.is_object() || !j.value("ok", false))
-      throw std::runtime_error("torch_gpt.py " + command + " failed (exit " + std::to_string(code) + "): " + out);
-    return j;
+    return TorchPython::run(o_.torch_script, command + " --model " + shell_quote(o_.model) + " " + args);
   }
 
  private:
   const Options& o_;
-  std::string missing_, version_;
 };
 
 cleave::TrainConfig base_config(const Options& o, const std::string& text) {
@@ -266,7 +235,7 @@ json quality(const Options& o, const std::string& text, const Torch& torch) {
     out["torch"] = torch.missing();
     return out;
   }
-  const json t = torch.run("train", "--text " + quote(text) + " --steps " + std::to_string(o.quality_steps) +
+  const json t = torch.run("train", "--text " + shell_quote(text) + " --steps " + std::to_string(o.quality_steps) +
                                         " --batch " + std::to_string(o.quality_batch) + " --threads " +
                                         std::to_string(o.quality_threads) + " --limit-test " +
                                         std::to_string(o.limit_test) + " --optimizer adamw --lr " +
@@ -328,10 +297,7 @@ int main(int argc, char** argv) {
   o.throughput = !no_throughput;
   o.pipeline = !no_pipeline;
   o.quality = !no_quality;
-  if (o.python.empty()) {
-    const char* env = std::getenv("CLEAVE_TORCH_PYTHON");
-    o.python = env && *env ? env : "python3";
-  }
+  o.python = cleave::bench::torch_python(o.python);
   try {
     std::string text = o.text;
     const std::string tmp = (fs::temp_directory_path() / ("bench-gpt-fortunes-" + std::to_string(getpid()) + ".txt"));

@@ -1,5 +1,7 @@
 // bench_pipeline: pipelined training across local cleaved daemons against
-// training in one process, for the CNN and the MLP on a Fashion-MNIST slice.
+// training in one process and against PyTorch's pipeline
+// (torch.distributed.pipelining), for the CNN and the MLP on a Fashion-MNIST
+// slice and for gpt-tiny (or any GPT model file) on a text.
 //
 // Per model, in one run:
 //   local 1t        train_local, 1 CPU thread (the baseline of every speed-up)
@@ -7,35 +9,59 @@
 //   local 1t m=M    train_local, 1 thread, M micro-batches of gradient
 //                   accumulation (the compute a pipeline does, without a pipeline)
 //   pipe pN SCHED   train_pipeline over N local `cleaved` processes (one CPU
-//                   thread each, CURVE encryption on, loopback), M micro-batches
+//                   thread each, CURVE encryption on, loopback), M micro-batches,
+//                   for every --schedule; " rc=all" rows recompute activations
+//                   in backward (--recompute all|both)
+//   torch pN SCHED  GPT models only: bench/pipeline/torch_pipeline.py, the same
+//                   model cut at the same layer boundaries as the cleave row
+//                   before it, one gloo process per stage (1 thread each),
+//                   PyTorch's ScheduleGPipe / Schedule1F1B /
+//                   ScheduleInterleavedZeroBubble (one stage per rank) for
+//                   gpipe / 1f1b / zb1; rows say "skipped" without PyTorch.
+// GPT models train on a text (default: Debian's fortunes, concatenated) with
+// batch 32, AdamW lr 1e-3 (weight decay 0.01), --max-steps steps per run
+// (default 24), and report tokens/s = samples/s x context; the others report
+// samples/s (batch 64 for the CNN, 128 for the MLP, Adam lr 1e-3, one epoch).
 //
 // Definitions (all from the daemons' traces, summed per stage as `stage_busy`,
 // over the coordinator's training time T = `train_seconds`):
-//   compute_s  = forward + backward + optimizer seconds of stage s
+//   compute_s  = forward + backward (B + W) + optimizer seconds of stage s
 //   send_s     = send seconds of stage s (encode + encrypt + hand to ZeroMQ)
 //   idle_s     = T - compute_s - send_s (waiting in receive, gaps between steps)
 //   busy fraction of stage s       = compute_s / T
 //   measured bubble                = sum_s idle_s / (p * T)
-//   theoretical bubble             = (p - 1) / (m + p - 1)
+//   theoretical bubble             = bubble_fraction(schedule, p, M)
+//       (core/pipeline/schedule.h): (p-1)/(M+p-1) for gpipe and 1f1b,
+//       (p-1)/(3M+p-1) for zb1
 //   ideal samples/s                = samples / ((m-1)/m * max_s compute_s + sum_s compute_s / m),
 //       the synchronous-pipeline time with the measured per-stage compute and
 //       free communication: what the layer split and the bubble allow.
+//   limit          = "model" when the pipeline reaches >= 85% of that ideal
+//       (the split of the model's layers is what caps it), else "pipeline"
 //   cpu s          = CPU seconds (user + system) of this process over the run
 //       plus, for pipelines, of the reaped daemons: the work the setup costs,
 //       independent of how busy the rest of the machine is.
-// Every configuration runs --reps times, interleaved, after a short unmeasured
-// warm-up; each row is its fastest repetition (the one other load on the
-// machine disturbed least). The 1-minute load average is printed per row.
-// Usage: bench_pipeline [--models cnn,mlp] [--limit-train 3200] [--limit-test 500]
-//        [--epochs 1] [--schedule 1f1b|gpipe|zb1|both|all] [--microbatches 4]
-//        [--stages 1,2,3] [--json bench-pipeline.json] [--trace-dir DIR]
-//        [--reps 2] [--cleaved PATH] [--dataset-dir DIR]
+//   memory         = per stage, the daemon's measured peak device memory
+//       (`stages[i].peak_memory_bytes` of the run's JSON) and the memory
+//       model's estimate (`estimated_memory_bytes`); rc=all rows also give
+//       their peak and batch time relative to the same row without recomputing.
+// Every configuration runs --reps times, interleaved (PyTorch's rows among
+// cleave's), after a short unmeasured warm-up; each row reports the median of
+// its repetitions (the details, such as busy and bubble, of the repetition
+// nearest the median) and keeps every repetition in the JSON. The 1-minute load
+// average is printed per row.
+// Usage: bench_pipeline [--models cnn,mlp,gpt-tiny] [--limit-train 3200] [--limit-test 500]
+//        [--epochs 1] [--max-steps N] [--schedule 1f1b|gpipe|zb1|both|all] [--microbatches 8]
+//        [--recompute none|all|auto|both] [--stages 1,2,3] [--planner balance|auto]
+//        [--json bench-pipeline.json] [--trace-dir DIR] [--reps 2] [--cleaved PATH]
+//        [--dataset-dir DIR] [--text FILE] [--python PY] [--no-torch]
 #include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -51,17 +77,21 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
-#include "bench/common/bench_args.h"
-#include "device/cpu/openmp_policy.h"
-#include "core/io/json_file.h"
-#include "core/runtime/coordinator/pipeline.h"
 #include "apps/common/processes.h"
+#include "bench/common/bench_args.h"
+#include "bench/common/python_script.h"
+#include "core/data/dataset.h"
+#include "core/io/json_file.h"
+#include "core/pipeline/schedule.h"
+#include "core/runtime/coordinator/pipeline.h"
 #include "core/train/local_trainer.h"
 #include "core/train/train_config.h"
+#include "device/cpu/openmp_policy.h"
 #include "transport/keys.h"
 
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
+using nlohmann::json;
 
 namespace {
 
@@ -73,39 +103,80 @@ struct BenchOptions {
   int64_t limit_train = 3200;
   int64_t limit_test = 500;
   int epochs = 1;
+  int64_t max_steps = 0;  // 0: 24 for GPT models, the whole --epochs for the others
   std::string schedule = "1f1b";
   std::string planner = "balance";  // balance: exactly p stages; auto: the planner may use fewer
-  int microbatches = 4;
+  std::string recompute = "none";   // none | all | auto | both (rows with none and with all)
+  int microbatches = 8;
   std::vector<int> stages = {1, 2, 3};
   std::string json_path = "bench-pipeline.json";
   std::string trace_dir;
   std::string cleaved;
   std::string dataset_dir;
+  std::string text;  // GPT models' text ("": the fortunes)
+  std::string fortunes_dir = cleave::kFortunesDir;
   std::string models_dir = CLEAVE_SOURCE_DIR "/models";
+  std::string python;
+  bool torch = true;
+  std::string torch_script = CLEAVE_SOURCE_DIR "/bench/pipeline/torch_pipeline.py";
   uint64_t seed = 1;
   int reps = 2;
 };
 
-// One measured configuration.
+// What the bench needs to know of a model file.
+struct ModelInfo {
+  std::string name;
+  bool text = false;    // a byte-level language model (first layer an embedding): trains on --text
+  int64_t context = 1;  // tokens per sample (GPT), 1 otherwise
+  int64_t batch = 64;
+};
+
+ModelInfo model_info(const BenchOptions& o, const std::string& name) {
+  std::ifstream in(o.models_dir + "/" + name + ".json");
+  const json doc = json::parse(in, nullptr, false);
+  if (!doc.is_object() || !doc.contains("layers") || !doc.contains("input"))
+    throw std::runtime_error("--models: " + o.models_dir + "/" + name + ".json is not a model file");
+  ModelInfo m;
+  m.name = name;
+  const json& layers = doc.at("layers");
+  m.text = !layers.empty() && layers[0].value("type", "") == "embedding";
+  m.context = m.text ? doc.at("input").at(0).get<int64_t>() : 1;
+  m.batch = m.text ? 32 : name == "mlp" ? 128 : 64;
+  return m;
+}
+
+// One measured configuration (one repetition, or the median of them).
 struct Row {
   std::string model, setup;
+  std::string kind;  // local | pipe | torch
+  std::string schedule, recompute;
   int stages = 0;  // 0 for single-process runs
   int threads = 1;
+  int microbatches = 1;
+  int64_t context = 1;  // tokens per sample: rates of GPT rows are tokens/s
   double samples_per_sec = 0;
   double train_seconds = 0;
-  double speedup = 0;  // vs local 1 thread of the same model
-  double accuracy = 0;
+  double speedup = 0;   // vs local 1 thread of the same model
+  double vs_torch = 0;  // vs PyTorch's row of the same model, stages and schedule (0: none)
+  double accuracy = -1, val_loss = -1;
   std::vector<double> compute, send;  // per stage, seconds
   double bubble_measured = -1, bubble_theoretical = -1;
   double ideal_samples_per_sec = 0;
   double load1 = 0;
   double cpu_self = 0, cpu_daemons = 0;  // CPU seconds of this process / of the daemons over the run
-  nlohmann::json plan;
-  nlohmann::json prediction;  // planner's predicted vs measured batch time (--planner auto)
-  std::vector<double> rep_samples_per_sec;  // every repetition (the row is the best one)
+  json plan;
+  json prediction;  // planner's predicted vs measured batch time (--planner auto)
+  json stage_memory = json::array();  // per stage: layers, recompute, peak / estimated memory bytes
+  double recompute_time_ratio = 0, recompute_peak_ratio = 0;  // rc=all rows: vs the same row without
+  std::string note;  // why a PyTorch row has no number
+  json torch;        // torch_pipeline.py's answer
+  std::vector<double> rep_samples_per_sec;  // every repetition (the row is their median)
+  json reps = json::array();                // every repetition's measurements
 };
 
 using cleave::bench::load_average;
+using cleave::bench::median;
+using cleave::bench::shell_quote;
 
 // CPU seconds (user + system) of this process or of its reaped children.
 double cpu_seconds(int who) {
@@ -114,8 +185,6 @@ double cpu_seconds(int who) {
   return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
          1e-6 * static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
 }
-
-int64_t batch_of(const std::string& model) { return model == "mlp" ? 128 : 64; }
 
 // CPU seconds a daemon spends starting up (libraries, backend probe, compute
 // rate measurement) and idling for `idle_ms` while it cannot reach a
@@ -160,43 +229,110 @@ std::string find_cleaved(const std::string& given) {
                            ": build it (ninja cleaved) or pass --cleaved PATH");
 }
 
-cleave::TrainConfig base_config(const BenchOptions& o, const std::string& model) {
+// GPT models: the text, batch 32, AdamW lr 1e-3 with weight decay 0.01 (bench_gpt's),
+// --max-steps steps (24 by default); the others: Fashion-MNIST, Adam lr 1e-3.
+cleave::TrainConfig base_config(const BenchOptions& o, const ModelInfo& m, const std::string& text) {
   cleave::TrainConfig cfg;
-  cfg.model_path = o.models_dir + "/" + model + ".json";
-  cfg.dataset_dir = o.dataset_dir;
+  cfg.model_path = o.models_dir + "/" + m.name + ".json";
   cfg.epochs = o.epochs;
-  cfg.batch = batch_of(model);
+  cfg.batch = m.batch;
   cfg.seed = o.seed;
-  cfg.limit_train = o.limit_train;
   cfg.limit_test = o.limit_test;
   cfg.optimizer.kind = "adam";
   cfg.optimizer.lr = 1e-3f;
   cfg.backend = "cpu";
   cfg.progress = false;
+  cfg.max_steps = o.max_steps > 0 ? o.max_steps : -1;
+  if (m.text) {
+    cfg.text_path = text;
+    cfg.limit_test = 32;
+    cfg.optimizer.kind = "adamw";
+    cfg.optimizer.weight_decay = 0.01f;
+    cfg.epochs = 1000;  // --max-steps ends the run
+    cfg.max_steps = o.max_steps > 0 ? o.max_steps : 24;
+  } else {
+    cfg.dataset_dir = o.dataset_dir;
+    cfg.limit_train = o.limit_train;
+  }
   return cfg;
 }
 
-Row run_local(const BenchOptions& o, const std::string& model, int threads, int microbatches) {
-  cleave::TrainConfig cfg = base_config(o, model);
+// The fields every row takes from a training result.
+void take_result(Row& row, const json& r) {
+  row.samples_per_sec = r.at("samples_per_sec").get<double>();
+  row.accuracy = r.value("test_accuracy", -1.0);
+  row.val_loss = r.value("val_loss", -1.0);
+}
+
+Row run_local(const BenchOptions& o, const ModelInfo& m, const std::string& text, int threads, int microbatches) {
+  cleave::TrainConfig cfg = base_config(o, m, text);
   cfg.threads = threads;
   cfg.microbatches = microbatches;
   const double cpu0 = cpu_seconds(RUSAGE_SELF);
-  nlohmann::json r = cleave::train_local(cfg);
+  json r = cleave::train_local(cfg);
   const double cpu1 = cpu_seconds(RUSAGE_SELF);
   Row row;
-  row.model = model;
+  row.model = m.name;
+  row.kind = "local";
   row.setup = "local " + std::to_string(threads) + "t" + (microbatches > 1 ? " m=" + std::to_string(microbatches) : "");
   row.threads = threads;
-  row.samples_per_sec = r.at("samples_per_sec").get<double>();
+  row.microbatches = microbatches;
+  row.context = m.context;
+  take_result(row, r);
   for (const auto& e : r.at("epoch_stats")) row.train_seconds += e.at("seconds").get<double>();
-  row.accuracy = r.at("test_accuracy").get<double>();
   row.cpu_self = cpu1 - cpu0;
   row.load1 = load_average();
   return row;
 }
 
-Row run_pipeline(const BenchOptions& o, const std::string& model, int stages, const std::string& schedule,
-                 const std::string& cleaved) {
+// Busy, send, bubble and the ideal rate from a pipeline run's `stage_busy`.
+void take_stage_busy(Row& row, const json& r) {
+  const double T = std::max(1e-9, row.train_seconds);
+  double idle = 0, sum_compute = 0, max_compute = 0;
+  for (const auto& st : r.at("stage_busy")) {
+    const auto& b = st.at("busy_seconds");
+    auto get = [&](const char* k) { return b.contains(k) ? b.at(k).get<double>() : 0.0; };
+    // zb1's backward is two slices, B (input gradient) and W (weight gradient).
+    const double c = get("forward") + get("backward") + get("B") + get("W") + get("optimizer");
+    const double s = get("send");
+    row.compute.push_back(c);
+    row.send.push_back(s);
+    idle += std::max(0.0, T - c - s);
+    sum_compute += c;
+    max_compute = std::max(max_compute, c);
+  }
+  const int p = std::max<int>(1, static_cast<int>(row.compute.size()));
+  row.bubble_measured = idle / (static_cast<double>(p) * T);
+  row.bubble_theoretical = cleave::bubble_fraction(cleave::parse_schedule(row.schedule), p, row.microbatches);
+  const double mb = row.microbatches;
+  const double ideal_seconds = (mb - 1) / mb * max_compute + sum_compute / mb;
+  const double samples = row.samples_per_sec * row.train_seconds;
+  row.ideal_samples_per_sec = samples / std::max(1e-9, ideal_seconds);
+}
+
+// The cluster options of one pipeline run over daemons keyed in `dir`.
+cleave::ClusterOptions pipeline_options(const BenchOptions& o, const std::string& dir, int stages,
+                                        const std::string& schedule, const std::string& recompute,
+                                        const std::string& model) {
+  cleave::ClusterOptions cl;
+  cl.devices = stages;
+  cl.key_path = dir + "/coordinator.key";
+  cl.allow_path = dir + "/allow";
+  cl.listen = "tcp://127.0.0.1:*";
+  cl.schedule = schedule;
+  cl.planner = o.planner;
+  cl.recompute = recompute;
+  cl.shutdown_daemons = true;
+  cl.register_timeout_ms = 60000;
+  cl.interrupted = [] { return g_interrupted.load(); };
+  if (!o.trace_dir.empty())
+    cl.trace_path = o.trace_dir + "/" + model + "-p" + std::to_string(stages) + "-" + schedule +
+                    (recompute == "none" ? "" : "-rc" + recompute) + ".json";
+  return cl;
+}
+
+Row run_pipeline(const BenchOptions& o, const ModelInfo& m, const std::string& text, int stages,
+                 const std::string& schedule, const std::string& recompute, const std::string& cleaved) {
   char tmpl[] = "/tmp/cleave-pipebench-XXXXXX";
   if (!mkdtemp(tmpl)) throw std::runtime_error("cannot create a temporary directory under /tmp");
   const std::string dir = tmpl;
@@ -216,21 +352,10 @@ Row run_pipeline(const BenchOptions& o, const std::string& model, int stages, co
       auto files = cleave::transport::write_keypair(dir, name, cleave::transport::generate_keypair(), true);
       fs::copy_file(files.public_, fs::path(dir) / "allow" / (name + ".pub"), fs::copy_options::overwrite_existing);
     }
-    cleave::TrainConfig cfg = base_config(o, model);
+    cleave::TrainConfig cfg = base_config(o, m, text);
     cfg.microbatches = o.microbatches;
     cfg.threads = 1;
-    cleave::ClusterOptions cl;
-    cl.devices = stages;
-    cl.key_path = dir + "/coordinator.key";
-    cl.allow_path = dir + "/allow";
-    cl.listen = "tcp://127.0.0.1:*";
-    cl.schedule = schedule;
-    cl.planner = o.planner;
-    cl.shutdown_daemons = true;
-    cl.register_timeout_ms = 60000;
-    cl.interrupted = [] { return g_interrupted.load(); };
-    if (!o.trace_dir.empty())
-      cl.trace_path = o.trace_dir + "/" + model + "-p" + std::to_string(stages) + "-" + schedule + ".json";
+    cleave::ClusterOptions cl = pipeline_options(o, dir, stages, schedule, recompute, m.name);
     cl.on_listening = [&](const std::string& endpoint) {
       for (int i = 1; i <= stages; ++i) {
         const std::string name = "dev" + std::to_string(i);
@@ -240,7 +365,7 @@ Row run_pipeline(const BenchOptions& o, const std::string& model, int stages, co
                                 dir + "/" + name + ".log"));
       }
     };
-    nlohmann::json r;
+    json r;
     try {
       r = cleave::train_pipeline(cfg, cl);
     } catch (const std::exception& e) {
@@ -259,39 +384,139 @@ Row run_pipeline(const BenchOptions& o, const std::string& model, int stages, co
     Row row;
     row.cpu_self = self1 - self0;
     row.cpu_daemons = cpu_seconds(RUSAGE_CHILDREN) - children0;
-    row.model = model;
-    row.setup = "pipe p" + std::to_string(stages) + " " + schedule;
+    row.model = m.name;
+    row.kind = "pipe";
+    row.schedule = schedule;
+    row.recompute = recompute;
+    row.setup = "pipe p" + std::to_string(stages) + " " + schedule + (recompute == "none" ? "" : " rc=" + recompute);
     row.stages = stages;
-    row.samples_per_sec = r.at("samples_per_sec").get<double>();
+    row.microbatches = o.microbatches;
+    row.context = m.context;
+    take_result(row, r);
     row.train_seconds = r.at("train_seconds").get<double>();
-    row.accuracy = r.at("test_accuracy").get<double>();
-    row.bubble_theoretical = r.at("bubble_theoretical").get<double>();
     row.plan = r.at("plan");
+    if (r.contains("stages")) row.stage_memory = r.at("stages");
     if (r.contains("prediction")) row.prediction = r.at("prediction");
-    const double T = std::max(1e-9, row.train_seconds);
-    double idle = 0, sum_compute = 0, max_compute = 0;
-    for (const auto& st : r.at("stage_busy")) {
-      const auto& b = st.at("busy_seconds");
-      auto get = [&](const char* k) { return b.contains(k) ? b.at(k).get<double>() : 0.0; };
-      // zb1's backward is two slices, B (input gradient) and W (weight gradient).
-      const double c = get("forward") + get("backward") + get("B") + get("W") + get("optimizer");
-      const double s = get("send");
-      row.compute.push_back(c);
-      row.send.push_back(s);
-      idle += std::max(0.0, T - c - s);
-      sum_compute += c;
-      max_compute = std::max(max_compute, c);
-    }
-    row.bubble_measured = idle / (static_cast<double>(stages) * T);
-    const double m = o.microbatches;
-    const double ideal_seconds = (m - 1) / m * max_compute + sum_compute / m;
-    const double samples = row.samples_per_sec * row.train_seconds;
-    row.ideal_samples_per_sec = samples / std::max(1e-9, ideal_seconds);
+    take_stage_busy(row, r);
     row.load1 = load_average();
     return row;
   } catch (...) {
     cleanup();
     throw;
+  }
+}
+
+// The layer ranges of a cleave run's stages, as torch_pipeline.py's --cut ("0:4,4:8").
+std::string cut_of(const Row& pipe) {
+  std::string cut;
+  for (const auto& st : pipe.stage_memory) {
+    const auto& l = st.at("layers");
+    cut += (cut.empty() ? "" : ",") + std::to_string(l.at(0).get<int>()) + ":" + std::to_string(l.at(1).get<int>());
+  }
+  return cut;
+}
+
+// PyTorch's pipeline of the same model and cut as the cleave row `pipe`; a row
+// with a note instead of a number when PyTorch is missing or its run fails.
+Row run_torch(const BenchOptions& o, const ModelInfo& m, const std::string& text, const Row& pipe,
+              const cleave::bench::TorchPython& torch) {
+  Row row;
+  row.model = m.name;
+  row.kind = "torch";
+  row.schedule = pipe.schedule;
+  row.recompute = "none";
+  row.stages = pipe.stages;  // the daemons; the cut has the plan's stages (fewer under --planner auto)
+  row.setup = "torch p" + std::to_string(row.stages) + " " + pipe.schedule;
+  row.microbatches = o.microbatches;
+  row.context = m.context;
+  if (!torch.available()) {
+    row.note = "skipped: " + torch.missing();
+    return row;
+  }
+  const int64_t steps = o.max_steps > 0 ? o.max_steps : 24;
+  const std::string args = "--model " + shell_quote(o.models_dir + "/" + m.name + ".json") + " --text " +
+                           shell_quote(text) + " --cut " + cut_of(pipe) + " --schedule " + pipe.schedule +
+                           " --microbatches " + std::to_string(o.microbatches) + " --batch " +
+                           std::to_string(m.batch) + " --steps " + std::to_string(steps) +
+                           " --warmup 3 --lr 0.001 --seed " + std::to_string(o.seed);
+  const double children0 = cpu_seconds(RUSAGE_CHILDREN);
+  try {
+    row.torch = torch.run(o.torch_script, args);
+    row.samples_per_sec = row.torch.at("tokens_per_sec").get<double>() / static_cast<double>(m.context);
+    row.train_seconds = 0;
+    for (const auto& s : row.torch.at("step_seconds")) row.train_seconds += s.get<double>();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_pipeline: %s\n", e.what());
+    row.note = "failed (see stderr)";
+  }
+  row.cpu_daemons = cpu_seconds(RUSAGE_CHILDREN) - children0;
+  row.load1 = load_average();
+  return row;
+}
+
+// One repetition's measurements, for the JSON.
+json rep_json(const Row& r) {
+  json j = {{"samples_per_sec", r.samples_per_sec}, {"train_seconds", r.train_seconds},
+            {"load_average_1min", r.load1}, {"cpu_seconds_coordinator_or_local", r.cpu_self},
+            {"cpu_seconds_daemons", r.cpu_daemons}};
+  if (r.context > 1) j["tokens_per_sec"] = r.samples_per_sec * static_cast<double>(r.context);
+  if (r.kind == "pipe") {
+    j["stage_compute_seconds"] = r.compute;
+    j["stage_send_seconds"] = r.send;
+    j["bubble_measured"] = r.bubble_measured;
+    j["stages"] = r.stage_memory;
+    if (!r.prediction.is_null()) j["prediction"] = r.prediction;
+  }
+  if (!r.torch.is_null()) j["torch"] = r.torch;
+  if (!r.note.empty()) j["note"] = r.note;
+  return j;
+}
+
+// The repetitions of one configuration as one row: the median rate, the other
+// measurements those of the repetition nearest it, every repetition kept.
+Row median_row(const std::vector<Row>& reps) {
+  std::vector<double> rates;
+  for (const Row& r : reps) rates.push_back(r.samples_per_sec);
+  const double med = median(rates);
+  size_t nearest = 0;
+  for (size_t i = 1; i < reps.size(); ++i)
+    if (std::fabs(reps[i].samples_per_sec - med) < std::fabs(reps[nearest].samples_per_sec - med)) nearest = i;
+  Row row = reps[nearest];
+  row.samples_per_sec = med;
+  row.rep_samples_per_sec = rates;
+  row.reps = json::array();
+  for (const Row& r : reps) row.reps.push_back(rep_json(r));
+  return row;
+}
+
+double max_peak(const Row& r) {
+  double peak = 0;
+  for (const auto& st : r.stage_memory) peak = std::max(peak, st.value("peak_memory_bytes", 0.0));
+  return peak;
+}
+
+// Speed-ups against local 1t, PyTorch's same schedule and (rc=all rows) the same run without recomputing.
+void compare_rows(std::vector<Row>& rows) {
+  auto find = [&](const Row& like, const std::string& kind, const std::string& recompute) -> const Row* {
+    for (const Row& r : rows)
+      if (r.model == like.model && r.kind == kind && r.stages == like.stages && r.schedule == like.schedule &&
+          r.recompute == recompute && r.samples_per_sec > 0)
+        return &r;
+    return nullptr;
+  };
+  std::map<std::string, double> baseline;
+  for (const Row& r : rows)
+    if (r.kind == "local" && r.threads == 1 && r.microbatches == 1) baseline[r.model] = r.samples_per_sec;
+  for (Row& r : rows) {
+    r.speedup = r.samples_per_sec / std::max(1e-9, baseline[r.model]);
+    if (r.kind != "pipe") continue;
+    if (r.recompute == "none")
+      if (const Row* t = find(r, "torch", "none")) r.vs_torch = r.samples_per_sec / t->samples_per_sec;
+    if (r.recompute != "none")
+      if (const Row* n = find(r, "pipe", "none")) {
+        r.recompute_time_ratio = n->samples_per_sec / std::max(1e-9, r.samples_per_sec);
+        r.recompute_peak_ratio = max_peak(*n) > 0 ? max_peak(r) / max_peak(*n) : 0;
+      }
   }
 }
 
@@ -305,53 +530,125 @@ std::string fractions(const std::vector<double>& v, double T) {
   return s.empty() ? "-" : s;
 }
 
-nlohmann::json to_json(const Row& r) {
-  nlohmann::json j = {{"model", r.model},
-                      {"setup", r.setup},
-                      {"stages", r.stages},
-                      {"samples_per_sec", r.samples_per_sec},
-                      {"speedup_vs_local_1t", r.speedup},
-                      {"train_seconds", r.train_seconds},
-                      {"test_accuracy", r.accuracy},
-                      {"load_average_1min", r.load1},
-                      {"samples_per_sec_each_rep", r.rep_samples_per_sec},
-                      {"cpu_seconds_coordinator_or_local", r.cpu_self},
-                      {"cpu_seconds_daemons", r.cpu_daemons}};
-  if (r.stages > 0) {
-    j["stage_compute_seconds"] = r.compute;
-    j["stage_send_seconds"] = r.send;
-    std::vector<double> frac;
-    for (double c : r.compute) frac.push_back(c / std::max(1e-9, r.train_seconds));
-    j["stage_compute_fraction"] = frac;
-    j["bubble_measured"] = r.bubble_measured;
-    j["bubble_theoretical"] = r.bubble_theoretical;
-    j["ideal_samples_per_sec"] = r.ideal_samples_per_sec;
-    j["plan"] = r.plan;
-    if (!r.prediction.is_null()) j["prediction"] = r.prediction;
+// Which caps a pipeline row: the model's split (the row is within 85% of what
+// its measured per-stage compute allows) or the pipeline.
+std::string limit_of(const Row& r, double baseline) {
+  if (r.kind != "pipe" || r.stages < 2 || r.ideal_samples_per_sec <= 0) return "";
+  char s[96];
+  const double of_ideal = r.samples_per_sec / r.ideal_samples_per_sec;
+  if (of_ideal >= 0.85)
+    std::snprintf(s, sizeof s, "model (its split allows %.2fx)", r.ideal_samples_per_sec / std::max(1e-9, baseline));
+  else
+    std::snprintf(s, sizeof s, "pipeline (%.0f%% of the split's %.2fx)", 100 * of_ideal,
+                  r.ideal_samples_per_sec / std::max(1e-9, baseline));
+  return s;
+}
+
+json to_json(const Row& r) {
+  json j = {{"model", r.model},
+            {"setup", r.setup},
+            {"kind", r.kind},
+            {"schedule", r.schedule},
+            {"recompute", r.recompute},
+            {"stages", r.stages},
+            {"microbatches", r.microbatches},
+            {"samples_per_sec", r.samples_per_sec},
+            {"speedup_vs_local_1t", r.speedup},
+            {"train_seconds", r.train_seconds},
+            {"test_accuracy", r.accuracy},
+            {"load_average_1min", r.load1},
+            {"samples_per_sec_each_rep", r.rep_samples_per_sec},
+            {"reps", r.reps},
+            {"cpu_seconds_coordinator_or_local", r.cpu_self},
+            {"cpu_seconds_daemons", r.cpu_daemons}};
+  if (r.context > 1) {
+    j["context"] = r.context;
+    j["tokens_per_sec"] = r.samples_per_sec * static_cast<double>(r.context);
+    j["val_loss"] = r.val_loss;
   }
+  if (!r.note.empty()) j["note"] = r.note;
+  if (r.kind != "pipe") return j;
+  j["stage_compute_seconds"] = r.compute;
+  j["stage_send_seconds"] = r.send;
+  std::vector<double> frac;
+  for (double c : r.compute) frac.push_back(c / std::max(1e-9, r.train_seconds));
+  j["stage_compute_fraction"] = frac;
+  j["bubble_measured"] = r.bubble_measured;
+  j["bubble_theoretical"] = r.bubble_theoretical;
+  j["ideal_samples_per_sec"] = r.ideal_samples_per_sec;
+  j["plan"] = r.plan;
+  j["stage_memory"] = r.stage_memory;
+  if (r.vs_torch > 0) j["speedup_vs_torch_same_schedule"] = r.vs_torch;
+  if (r.recompute_time_ratio > 0) j["recompute_time_ratio"] = r.recompute_time_ratio;
+  if (r.recompute_peak_ratio > 0) j["recompute_peak_memory_ratio"] = r.recompute_peak_ratio;
+  if (!r.prediction.is_null()) j["prediction"] = r.prediction;
   return j;
 }
 
 void print_header() {
-  std::printf("%-5s %-16s %9s %8s %-15s %-15s %6s %6s %9s %6s %5s %5s\n", "model", "setup", "samples/s", "speed-up",
-              "busy(compute)", "send", "bubble", "theory", "ideal s/s", "cpu s", "acc", "load");
+  std::printf("%-8s %-20s %9s %-5s %8s %8s %-15s %-15s %6s %6s %9s %9s %6s %6s %5s %s\n", "model", "setup", "rate",
+              "unit", "speed-up", "vs torch", "busy(compute)", "send", "bubble", "theory", "ideal", "meas/pred",
+              "cpu s", "acc", "load", "limit");
 }
 
-void print_row(const Row& r) {
-  char bubble[16] = "-", theory[16] = "-", ideal[16] = "-";
-  if (r.stages > 0) {
+void print_row(const Row& r, double baseline) {
+  char bubble[16] = "-", theory[16] = "-", ideal[16] = "-", vs[16] = "-", pred[16] = "-", acc[16] = "-";
+  const double scale = static_cast<double>(r.context);
+  if (r.kind == "pipe") {
     std::snprintf(bubble, sizeof bubble, "%.2f", r.bubble_measured);
     std::snprintf(theory, sizeof theory, "%.2f", r.bubble_theoretical);
-    std::snprintf(ideal, sizeof ideal, "%.0f", r.ideal_samples_per_sec);
+    std::snprintf(ideal, sizeof ideal, "%.0f", r.ideal_samples_per_sec * scale);
   }
-  std::printf("%-5s %-16s %9.0f %7.2fx %-15s %-15s %6s %6s %9s %6.1f %5.3f %5.1f\n", r.model.c_str(),
-              r.setup.c_str(), r.samples_per_sec, r.speedup, fractions(r.compute, r.train_seconds).c_str(),
-              fractions(r.send, r.train_seconds).c_str(), bubble, theory, ideal, r.cpu_self + r.cpu_daemons,
-              r.accuracy, r.load1);
-  if (!r.prediction.is_null())
-    std::printf("      planner: %zu stage(s), predicted %.1f ms/batch, measured %.1f ms/batch (measured/predicted %.2f)\n",
-                r.plan.size(), 1000 * r.prediction.value("batch_seconds", 0.0),
-                1000 * r.prediction.value("measured_batch_seconds", 0.0), r.prediction.value("measured_over_predicted", 0.0));
+  if (r.vs_torch > 0) std::snprintf(vs, sizeof vs, "%.2fx", r.vs_torch);
+  if (!r.prediction.is_null()) std::snprintf(pred, sizeof pred, "%.2f", r.prediction.value("measured_over_predicted", 0.0));
+  if (r.context > 1 && r.val_loss >= 0) std::snprintf(acc, sizeof acc, "%.2f", r.val_loss);
+  else if (r.context == 1 && r.accuracy >= 0) std::snprintf(acc, sizeof acc, "%.3f", r.accuracy);
+  if (r.kind == "torch" && r.samples_per_sec <= 0) {
+    std::printf("%-8s %-20s %9s %-5s  %s\n", r.model.c_str(), r.setup.c_str(), "-", r.context > 1 ? "tok/s" : "smp/s",
+                r.note.c_str());
+    return;
+  }
+  std::printf("%-8s %-20s %9.0f %-5s %7.2fx %8s %-15s %-15s %6s %6s %9s %9s %6.1f %6s %5.1f %s\n", r.model.c_str(),
+              r.setup.c_str(), r.samples_per_sec * scale, r.context > 1 ? "tok/s" : "smp/s", r.speedup, vs,
+              fractions(r.compute, r.train_seconds).c_str(), fractions(r.send, r.train_seconds).c_str(), bubble, theory,
+              ideal, pred, r.cpu_self + r.cpu_daemons, acc, r.load1, limit_of(r, baseline).c_str());
+}
+
+// Per pipeline row: each stage's measured peak and estimated memory, and what recomputing costs and saves.
+void print_memory(const std::vector<Row>& rows) {
+  std::printf("\nstage memory (MB, measured peak / estimated, per stage); rc rows: peak and batch time vs rc=none\n");
+  for (const Row& r : rows) {
+    if (r.kind != "pipe") continue;
+    std::string stages;
+    char buf[64];
+    for (const auto& st : r.stage_memory) {
+      std::snprintf(buf, sizeof buf, "%s%.1f/%.1f", stages.empty() ? "" : "  ",
+                    st.value("peak_memory_bytes", 0.0) / 1e6, st.value("estimated_memory_bytes", 0.0) / 1e6);
+      stages += buf;
+    }
+    std::string vs;
+    if (r.recompute_time_ratio > 0) {
+      std::snprintf(buf, sizeof buf, "   peak %.2fx, time %.2fx", r.recompute_peak_ratio, r.recompute_time_ratio);
+      vs = buf;
+    }
+    std::printf("%-8s %-20s %s%s\n", r.model.c_str(), r.setup.c_str(), stages.c_str(), vs.c_str());
+  }
+}
+
+void print_rows(const std::vector<Row>& rows) {
+  std::map<std::string, double> baseline;
+  for (const Row& r : rows)
+    if (r.kind == "local" && r.threads == 1 && r.microbatches == 1) baseline[r.model] = r.samples_per_sec;
+  print_header();
+  for (const Row& r : rows) print_row(r, baseline[r.model]);
+  for (const Row& r : rows)
+    if (!r.prediction.is_null())
+      std::printf("%-8s %-20s planner: %zu stage(s), predicted %.1f ms/batch, measured %.1f ms/batch "
+                  "(measured/predicted %.2f)\n",
+                  r.model.c_str(), r.setup.c_str(), r.plan.size(), 1000 * r.prediction.value("batch_seconds", 0.0),
+                  1000 * r.prediction.value("measured_batch_seconds", 0.0),
+                  r.prediction.value("measured_over_predicted", 0.0));
+  print_memory(rows);
   std::fflush(stdout);
 }
 
@@ -364,6 +661,57 @@ std::vector<std::string> split_list(const std::string& s) {
   return out;
 }
 
+// One configuration; the order of `configs` is the order within a repetition.
+struct Config {
+  ModelInfo model;
+  std::string kind;  // local | pipe | torch (after the pipe config it copies the cut of)
+  int threads = 1, microbatches = 1, stages = 0;
+  std::string schedule, recompute;
+};
+
+std::vector<Config> make_configs(const BenchOptions& o, const std::vector<ModelInfo>& models,
+                                 const std::vector<std::string>& schedules) {
+  const std::vector<std::string> recomputes =
+      o.recompute == "both" ? std::vector<std::string>{"none", "all"} : std::vector<std::string>{o.recompute};
+  std::vector<Config> configs;
+  for (const ModelInfo& m : models) {
+    configs.push_back({m, "local", 1, 1, 0, "", ""});
+    configs.push_back({m, "local", 2, 1, 0, "", ""});
+    if (o.microbatches > 1) configs.push_back({m, "local", 1, o.microbatches, 0, "", ""});
+    for (int p : o.stages)
+      for (const auto& sched : schedules) {
+        for (const auto& rc : recomputes) configs.push_back({m, "pipe", 1, o.microbatches, p, sched, rc});
+        if (m.text && p >= 2) configs.push_back({m, "torch", 1, o.microbatches, p, sched, "none"});
+      }
+  }
+  return configs;
+}
+
+// --reps repetitions of every configuration, interleaved; one median row per configuration.
+std::vector<Row> measure(const BenchOptions& o, const std::vector<Config>& configs, const std::string& text,
+                         const std::string& cleaved, const cleave::bench::TorchPython& torch) {
+  std::vector<std::vector<Row>> reps(configs.size());
+  for (int rep = 0; rep < o.reps; ++rep) {
+    const Row* last_pipe = nullptr;
+    for (size_t i = 0; i < configs.size(); ++i) {
+      if (g_interrupted) throw std::runtime_error("interrupted");
+      const Config& c = configs[i];
+      Row r = c.kind == "local" ? run_local(o, c.model, text, c.threads, c.microbatches)
+              : c.kind == "pipe" ? run_pipeline(o, c.model, text, c.stages, c.schedule, c.recompute, cleaved)
+                                 : run_torch(o, c.model, text, *last_pipe, torch);
+      std::fprintf(stderr, "  rep %d/%d  %-8s %-20s %8.0f %s  (load %.1f)%s%s\n", rep + 1, o.reps, r.model.c_str(),
+                   r.setup.c_str(), r.samples_per_sec * static_cast<double>(r.context),
+                   r.context > 1 ? "tokens/s" : "samples/s", r.load1, r.note.empty() ? "" : "  ", r.note.c_str());
+      reps[i].push_back(std::move(r));
+      if (c.kind == "pipe") last_pipe = &reps[i].back();
+    }
+  }
+  std::vector<Row> rows;
+  for (const auto& r : reps) rows.push_back(median_row(r));
+  compare_rows(rows);
+  return rows;
+}
+
 int run(const BenchOptions& o) {
   const std::string cleaved = find_cleaved(o.cleaved);
   if (!o.trace_dir.empty()) fs::create_directories(o.trace_dir);
@@ -371,81 +719,63 @@ int run(const BenchOptions& o) {
       o.schedule == "both"  ? std::vector<std::string>{"gpipe", "1f1b"}
       : o.schedule == "all" ? std::vector<std::string>{"gpipe", "1f1b", "zb1"}
                             : std::vector<std::string>{o.schedule};
+  std::vector<ModelInfo> models;
+  bool any_text = false;
+  for (const auto& m : o.models) models.push_back(model_info(o, m));
+  for (const auto& m : models) any_text = any_text || m.text;
+  std::string text = o.text;
+  const std::string tmp_text = (fs::temp_directory_path() / ("bench-pipeline-fortunes-" + std::to_string(getpid()) + ".txt"));
+  if (any_text && text.empty()) text = cleave::write_fortunes_text(o.fortunes_dir, tmp_text);
+  const cleave::bench::TorchPython torch(cleave::bench::torch_python(o.python), o.torch && any_text);
   const double load_start = load_average();
-  std::printf("bench_pipeline: %lld train / %lld test samples, %d epoch(s), %d micro-batches, best of %d, "
+  std::printf("bench_pipeline: %lld train / %lld test samples, %d epoch(s), %d micro-batches, median of %d, "
               "%u CPU core(s), load average %.1f at start\n",
               static_cast<long long>(o.limit_train), static_cast<long long>(o.limit_test), o.epochs, o.microbatches,
               o.reps, std::thread::hardware_concurrency(), load_start);
+  if (any_text)
+    std::printf("GPT models: text %s, batch 32, %lld steps per run; PyTorch: %s\n", text.c_str(),
+                static_cast<long long>(o.max_steps > 0 ? o.max_steps : 24),
+                torch.available() ? (torch.python() + " (torch " + torch.version() + ")").c_str() : torch.missing().c_str());
   const double startup_cpu = daemon_startup_cpu(cleaved, 1500);
   std::printf("a cleaved daemon spends %.2f CPU s starting up (probe included) and idling 1.5 s\n", startup_cpu);
   const auto t0 = Clock::now();
-
-  // The configurations, in the order they run within one repetition.
-  struct Config {
-    std::string model;
-    int threads = 1, microbatches = 1, stages = 0;
-    std::string schedule;
-  };
-  std::vector<Config> configs;
-  for (const std::string& model : o.models) {
-    configs.push_back({model, 1, 1, 0, ""});
-    configs.push_back({model, 2, 1, 0, ""});
-    if (o.microbatches > 1) configs.push_back({model, 1, o.microbatches, 0, ""});
-    for (int p : o.stages)
-      for (const auto& sched : schedules) configs.push_back({model, 1, o.microbatches, p, sched});
-  }
+  const std::vector<Config> configs = make_configs(o, models, schedules);
   // Warm-up (not measured): page in the dataset, the BLAS and the allocator.
-  for (const std::string& model : o.models) {
+  for (const ModelInfo& m : models) {
     BenchOptions w = o;
-    w.limit_train = std::min<int64_t>(o.limit_train, 4 * batch_of(model));
+    w.limit_train = std::min<int64_t>(o.limit_train, 4 * m.batch);
     w.limit_test = std::min<int64_t>(o.limit_test, 100);
     w.epochs = 1;
-    (void)run_local(w, model, 1, 1);
+    w.max_steps = m.text ? 3 : o.max_steps;
+    (void)run_local(w, m, text, 1, 1);
   }
-  // Repetitions interleave the configurations so slow phases of other load
-  // spread over all of them; each row keeps its fastest repetition.
-  std::vector<Row> best(configs.size());
-  for (int rep = 0; rep < o.reps; ++rep) {
-    for (size_t i = 0; i < configs.size(); ++i) {
-      if (g_interrupted) throw std::runtime_error("interrupted");
-      const Config& c = configs[i];
-      Row r = c.stages == 0 ? run_local(o, c.model, c.threads, c.microbatches)
-                            : run_pipeline(o, c.model, c.stages, c.schedule, cleaved);
-      std::fprintf(stderr, "  rep %d/%d  %-5s %-16s %8.0f samples/s  (load %.1f)\n", rep + 1, o.reps, r.model.c_str(),
-                   r.setup.c_str(), r.samples_per_sec, r.load1);
-      std::vector<double> reps = best[i].rep_samples_per_sec;
-      reps.push_back(r.samples_per_sec);
-      if (rep == 0 || r.samples_per_sec > best[i].samples_per_sec) best[i] = r;
-      best[i].rep_samples_per_sec = reps;
-    }
-  }
-  print_header();
-  std::map<std::string, double> baseline;
-  for (size_t i = 0; i < configs.size(); ++i)
-    if (configs[i].stages == 0 && configs[i].threads == 1 && configs[i].microbatches == 1)
-      baseline[configs[i].model] = best[i].samples_per_sec;
-  for (Row& r : best) {
-    r.speedup = r.samples_per_sec / std::max(1e-9, baseline[r.model]);
-    print_row(r);
-  }
+  std::vector<Row> rows = measure(o, configs, text, cleaved, torch);
+  print_rows(rows);
   const double total = std::chrono::duration<double>(Clock::now() - t0).count();
   std::printf("total %.0f s, load average %.1f at the end\n", total, load_average());
 
-  nlohmann::json out = {{"benchmark", "pipeline"},
-                        {"limit_train", o.limit_train},
-                        {"limit_test", o.limit_test},
-                        {"epochs", o.epochs},
-                        {"microbatches", o.microbatches},
-                        {"reps", o.reps},
-                        {"schedules", schedules},
-                        {"cpu_cores", std::thread::hardware_concurrency()},
-                        {"load_average_start", load_start},
-                        {"daemon_startup_cpu_seconds", startup_cpu},
-                        {"seconds", total},
-                        {"rows", nlohmann::json::array()}};
-  for (const Row& r : best) out["rows"].push_back(to_json(r));
+  json out = {{"benchmark", "pipeline"},
+              {"limit_train", o.limit_train},
+              {"limit_test", o.limit_test},
+              {"epochs", o.epochs},
+              {"max_steps", o.max_steps},
+              {"microbatches", o.microbatches},
+              {"reps", o.reps},
+              {"statistic", "median"},
+              {"schedules", schedules},
+              {"recompute", o.recompute},
+              {"planner", o.planner},
+              {"torch", torch.available() ? torch.version() : torch.missing()},
+              {"cpu_cores", std::thread::hardware_concurrency()},
+              {"load_average_start", load_start},
+              {"daemon_startup_cpu_seconds", startup_cpu},
+              {"seconds", total},
+              {"rows", json::array()}};
+  if (any_text) out["text"] = text;
+  for (const Row& r : rows) out["rows"].push_back(to_json(r));
   cleave::write_json_file(o.json_path, out);
   std::printf("wrote %s\n", o.json_path.c_str());
+  if (any_text && o.text.empty()) fs::remove(tmp_text);
   return 0;
 }
 
@@ -453,17 +783,30 @@ int run(const BenchOptions& o) {
 
 int main(int argc, char** argv) {
   cleave::prefer_passive_openmp(argv);  // before any OpenMP/BLAS threads start
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // the table as it comes, also into a log file
   BenchOptions o;
-  CLI::App app{"Pipelined training over local cleaved daemons vs one process (samples/s, busy, bubble)"};
+  CLI::App app{"Pipelined training over local cleaved daemons vs one process and PyTorch's pipeline "
+               "(samples/s or tokens/s, busy, bubble, memory)"};
   std::string models = "cnn,mlp", stages = "1,2,3";
-  app.add_option("--models", models, "Comma-separated models from models/ (batch 64 for cnn, 128 otherwise)")
+  bool no_torch = false;
+  app.add_option("--models", models,
+                 "Comma-separated models from models/ (cnn: batch 64, mlp: 128, GPT models such as gpt-tiny: 32 "
+                 "on --text)")
       ->capture_default_str();
   app.add_option("--limit-train", o.limit_train, "Training samples")->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--limit-test", o.limit_test, "Test samples")->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--epochs", o.epochs, "Epochs")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--max-steps", o.max_steps,
+                 "Optimizer steps per run (0: 24 for GPT models, the whole --epochs for the others)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--schedule", o.schedule, "gpipe | 1f1b | zb1 | both (gpipe and 1f1b) | all (the three)")
       ->capture_default_str()
       ->check(CLI::IsMember({"gpipe", "1f1b", "zb1", "both", "all"}));
+  app.add_option("--recompute", o.recompute,
+                 "none | all | auto (recompute activations in backward) | both (rows with none and with all)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"none", "all", "auto", "both"}));
   app.add_option("--planner", o.planner,
                  "balance (every daemon gets a stage) | auto (profile + planner; prints predicted vs measured)")
       ->capture_default_str()
@@ -476,12 +819,17 @@ int main(int argc, char** argv) {
   app.add_option("--trace-dir", o.trace_dir, "Write each pipeline run's Chrome trace into this directory");
   app.add_option("--cleaved", o.cleaved, "Path of the cleaved binary (default: this build's)");
   app.add_option("--dataset-dir", o.dataset_dir, "Where Fashion-MNIST lives");
+  app.add_option("--text", o.text, "Text for GPT models (default: the fortunes, concatenated)");
   app.add_option("--models-dir", o.models_dir, "Where the model JSON files live")->capture_default_str();
+  app.add_option("--python", o.python, "Python with torch for the PyTorch rows (default $CLEAVE_TORCH_PYTHON, else python3)");
+  app.add_option("--torch-script", o.torch_script, "torch_pipeline.py")->capture_default_str();
+  app.add_flag("--no-torch", no_torch, "Skip PyTorch's pipeline (its rows say skipped)");
   app.add_option("--seed", o.seed, "Seed")->capture_default_str();
-  app.add_option("--reps", o.reps, "Repetitions of every configuration (the fastest is reported)")
+  app.add_option("--reps", o.reps, "Repetitions of every configuration (the median is reported)")
       ->capture_default_str()
       ->check(CLI::Range(1, 20));
   CLI11_PARSE(app, argc, argv);
+  o.torch = !no_torch;
   try {
     o.models = split_list(models);
     if (o.models.empty()) throw std::runtime_error("--models: give at least one model");
@@ -500,6 +848,7 @@ int main(int argc, char** argv) {
       if (used != s.size() || p < 1 || p > 16) throw std::runtime_error("--stages: '" + s + "' is not a number in 1..16");
       o.stages.push_back(p);
     }
+    if (!o.text.empty() && !fs::exists(o.text)) throw std::runtime_error("--text " + o.text + ": no such file");
     struct sigaction sa {};
     sa.sa_handler = on_signal;
     sigemptyset(&sa.sa_mask);
