@@ -209,4 +209,8 @@ std::string ClientEndpoint::last_handshake_failure() const {
 
 EndpointStats ClientEndpoint::stats() const { return impl_->counters.snapshot(); }
 
+int ClientEndpoint::poll_fd() const {
+  return impl_->open ? static_cast<int>(impl_->socket.get(zmq::sockopt::fd)) : -1;
+}
+
 }  // namespace cleave::transport

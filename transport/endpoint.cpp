@@ -393,6 +393,8 @@ std::map<std::string, PeerTraffic> ServerEndpoint::peer_traffic() const {
   return out;
 }
 
+int ServerEndpoint::poll_fd() const { return static_cast<int>(impl_->socket.get(zmq::sockopt::fd)); }
+
 EndpointStats ServerEndpoint::stats() const {
   EndpointStats s = impl_->counters.snapshot();
   s.revoked_connections = impl_->revoked_connections;

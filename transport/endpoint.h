@@ -176,6 +176,10 @@ class ServerEndpoint {
   // Each peer's traffic, by name (the coordinator's metrics per daemon).
   // Like receive and send: from the endpoint's own thread.
   std::map<std::string, PeerTraffic> peer_traffic() const;
+  // ZeroMQ's ZMQ_FD of the socket: readable when a receive may find a
+  // message (edge-triggered: receive with a zero timeout first, wait on it
+  // only when that found nothing). From the endpoint's own thread.
+  int poll_fd() const;
 
  private:
   struct Impl;
@@ -202,6 +206,9 @@ class ClientEndpoint {
   // and why the last one failed ("" when none did).
   uint64_t failed_handshakes() const;
   std::string last_handshake_failure() const;
+  // As ServerEndpoint::poll_fd; -1 while the socket is closed for a back-off
+  // (the descriptor may change when it reopens: ask again before each wait).
+  int poll_fd() const;
 
   EndpointStats stats() const;
 

@@ -208,6 +208,7 @@ class ZmqLink final : public TensorLink {
   std::string describe() const override {
     return "zmq " + where_ + " " + encoding_name(encoding_);
   }
+  int poll_fd() const override { return client_ ? client_->poll_fd() : server_->poll_fd(); }
 
  private:
   Failure count_failure(const Failure& f) {
@@ -256,6 +257,7 @@ class ThrottledLink final : public TensorLink {
   Result<TensorMessage> receive(Millis timeout) override { return inner_->receive(timeout); }
   size_t wire_bytes(const TensorMessage& t) const override { return inner_->wire_bytes(t); }
   LinkStats stats() const override { return inner_->stats(); }
+  int poll_fd() const override { return inner_->poll_fd(); }
   std::string describe() const override {
     return inner_->describe() + " throttled to " + std::to_string(static_cast<uint64_t>(rate_)) + " B/s";
   }

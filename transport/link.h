@@ -78,7 +78,11 @@ class TensorLink {
   virtual size_t wire_bytes(const TensorMessage& tensor) const = 0;
   virtual LinkStats stats() const = 0;
   // e.g. "zmq tcp://127.0.0.1:4000 f16", for logs.
-  virtual std::string describe() const = 0;
+  virtual std::string describe() const = 0;  // A descriptor that becomes readable when receive() may find a tensor
+  // (ZeroMQ's, edge-triggered: wait on it only after a receive with a zero
+  // timeout found nothing, and ask again before each wait), or -1 when the
+  // link has none (in-process; a ZeroMQ dialler backing off).
+  virtual int poll_fd() const { return -1; }
 };
 
 // Two connected in-process ends (a -> b and b -> a queues). `encoding` is

@@ -1,6 +1,10 @@
 // link_pump.cpp: see link_pump.h.
 #include "core/runtime/daemon/link_pump.h"
 
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <stdexcept>
@@ -18,6 +22,8 @@ LinkPump::LinkPump(std::unique_ptr<transport::TensorLink> link, std::string peer
     : link_(std::move(link)), peer_(std::move(peer)), limits_(limits) {
   if (!link_) throw std::invalid_argument("LinkPump: no link");
   if (limits_.sends < 1 || limits_.received < 1) throw std::invalid_argument("LinkPump: queue limits must be >= 1");
+  wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (wake_fd_ < 0) throw std::runtime_error("LinkPump: cannot create an eventfd");
   stats_ = link_->stats();
   thread_ = std::thread([this] { run(); });
 }
@@ -27,8 +33,14 @@ LinkPump::~LinkPump() {
     std::lock_guard lock(mutex_);
     stop_ = true;
   }
-  changed_.notify_all();
+  wake();
   thread_.join();
+  ::close(wake_fd_);
+}
+
+void LinkPump::wake() const {
+  const uint64_t one = 1;
+  [[maybe_unused]] const ssize_t n = ::write(wake_fd_, &one, sizeof one);  // only fails when the counter is full: awake anyway
 }
 
 bool LinkPump::try_send(TensorMessage& m, milliseconds wait) {
@@ -44,8 +56,8 @@ bool LinkPump::try_send(TensorMessage& m, milliseconds wait) {
   }
   out.message = std::move(m);
   sends_.push_back(std::move(out));
-  ++queued_;
-  changed_.notify_all();
+  lock.unlock();
+  wake();
   return true;
 }
 
@@ -58,7 +70,7 @@ std::optional<TensorMessage> LinkPump::try_take(transport::TensorKind kind, int6
     return got.has_value() || !failure_.empty();
   });
   if (got) {
-    changed_.notify_all();  // room to read on
+    if (received_.size() + 1 == limits_.received) wake();  // it had stopped reading: room again
     return got;
   }
   throw_if_failed();
@@ -87,12 +99,14 @@ void LinkPump::throw_if_failed() const {
 }
 
 // The thread: release what ZeroMQ has sent, send the next queued tensor,
-// read one arrival; when none of these had anything to do, wait a little
-// (50 us, doubling to 1 ms while idle; a queued send wakes it at once).
+// read what arrived; when none of these had anything to do, sleep until the
+// link's descriptor says input may be there, a queued send or room in the
+// inbox wakes it (wake_fd_), or — while ZeroMQ still reads a sent tensor,
+// or the link has no descriptor — a short back-off passes (50 us doubling
+// to 1 ms).
 void LinkPump::run() {
   std::unique_lock lock(mutex_);
-  auto idle = microseconds(50);
-  uint64_t seen = queued_;
+  auto backoff = microseconds(50);
   while (!stop_) {
     bool worked = false;
     if (failure_.empty()) {
@@ -101,13 +115,28 @@ void LinkPump::run() {
       worked = receive_one(lock) || worked;
     }
     if (worked) {
-      idle = microseconds(50);
+      backoff = microseconds(50);
       changed_.notify_all();
       continue;
     }
-    changed_.wait_for(lock, idle, [&] { return stop_ || queued_ != seen; });
-    seen = queued_;
-    idle = std::min(idle * 2, microseconds(1000));
+    // Not reading (failed, or the inbox is full): only wake_fd_ ends the sleep.
+    const bool reading = failure_.empty() && received_.size() < limits_.received;
+    const bool releasing = !sends_.empty() && sends_.front().sent;
+    const int link_fd = reading ? link_->poll_fd() : -1;
+    const microseconds wait = releasing || (reading && link_fd < 0) ? backoff : microseconds(50000);
+    lock.unlock();
+    sleep_until_woken(link_fd, wait);
+    lock.lock();
+    backoff = std::min(backoff * 2, microseconds(1000));
+  }
+}
+
+void LinkPump::sleep_until_woken(int link_fd, microseconds wait) const {
+  pollfd fds[2] = {{wake_fd_, POLLIN, 0}, {link_fd, POLLIN, 0}};
+  const timespec ts{static_cast<time_t>(wait.count() / 1000000), static_cast<long>(wait.count() % 1000000) * 1000};
+  if (::ppoll(fds, link_fd >= 0 ? 2 : 1, &ts, nullptr) > 0 && (fds[0].revents & POLLIN)) {
+    uint64_t count = 0;
+    [[maybe_unused]] const ssize_t n = ::read(wake_fd_, &count, sizeof count);
   }
 }
 

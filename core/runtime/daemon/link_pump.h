@@ -17,6 +17,7 @@
 // naming the peer, by every later call from the stage's thread.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
@@ -69,6 +70,8 @@ class LinkPump {
   };
 
   void run();
+  void wake() const;  // the thread, from its sleep
+  void sleep_until_woken(int link_fd, std::chrono::microseconds wait) const;
   bool send_next(std::unique_lock<std::mutex>& lock);
   bool release_sent();
   bool receive_one(std::unique_lock<std::mutex>& lock);
@@ -79,12 +82,12 @@ class LinkPump {
   const std::string peer_;
   const Limits limits_;
   mutable std::mutex mutex_;
-  std::condition_variable changed_;  // queue room, an arrival, a failure, or new work for the thread
+  std::condition_variable changed_;  // for the stage's thread: queue room, an arrival, a failure
   std::deque<Outgoing> sends_;
   TensorMailbox received_;
   transport::LinkStats stats_;  // the link's, copied after each operation (the link is the thread's)
   std::string failure_;
-  uint64_t queued_ = 0;  // tensors try_send has queued: what wakes the idle thread
+  int wake_fd_ = -1;  // an eventfd: a queued send, room in the inbox, or stop
   bool stop_ = false;
   std::thread thread_;
 };
