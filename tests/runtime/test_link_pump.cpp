@@ -150,7 +150,7 @@ TEST_CASE("a pump's link failures are thrown to the stage, naming the peer") {
   }
 }
 
-TEST_CASE("tensors through a pump arrive whole and in turn; a full inbox stops reading, losing none") {
+TEST_CASE("tensors through a pump arrive whole and in turn, and a full inbox stops reading, losing none") {
   auto [near, far] = transport::make_in_process_link_pair();
   LinkPump pump(std::move(near), "the previous stage d1", LinkPump::Limits{2, 3});
   constexpr int kCount = 40;
