@@ -79,6 +79,10 @@ std::vector<Message> seed_messages() {
   add(CommandMsg{FedRoundCmd{3, 1, 32, 0, SecAggSetup{2, {{"", "rq:rM>}U?@Lns47E1%kR.o@n%FcmmsL/@{H8]yf7", "a"},
                                                         {"", "rq:rM>}U?@Lns47E1%kR.o@n%FcmmsL/@{H8]yf7", "b"}},
                                                   16, 24, 0, 0, true}}});
+  // A zero-bubble stage that recomputes (issue 17's fields of the pipeline job).
+  AssignMsg zb = a;
+  zb.job = PipelineJob{2, 8, 5, 32, 99, 1, true};
+  add(zb);
   return out;
 }
 

@@ -1,4 +1,5 @@
-// random_problem.h: random planning problems and an exhaustive reference planner.
+// random_problem.h: planning problems for the planner's tests (uniform and
+// random ones) and an exhaustive reference planner.
 //
 // brute_force enumerates every stage count p, every ordered sequence of p
 // distinct devices and every split of the layers into p contiguous non-empty
@@ -16,6 +17,26 @@
 #include "core/planner/profile.h"
 
 namespace cleave::test {
+
+// n equal linear layers, each with `params` parameters, 1 MFLOP forward, 4 KiB activations.
+inline ModelProfile uniform_model(int n, int64_t params = 1000) {
+  ModelProfile m;
+  m.name = "uniform";
+  m.optimizer = "sgd";
+  m.input_bytes_per_sample = 4096;
+  for (int i = 0; i < n; ++i) {
+    LayerProfile l;
+    l.type = "linear";
+    l.fwd_flops = 1'000'000;
+    l.bwd_flops = 2'000'000;
+    l.param_count = params;
+    l.param_bytes = l.grad_bytes = 4 * params;
+    l.out_act_bytes = 4096;
+    l.stash_bytes = 4096;
+    m.layers.push_back(l);
+  }
+  return m;
+}
 
 struct Problem {
   ModelProfile model;

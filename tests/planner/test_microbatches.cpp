@@ -54,26 +54,6 @@ double simulated_batch_units(ScheduleKind kind, int stages, int microbatches) {
   return *std::max_element(clock.begin(), clock.end());
 }
 
-// `n` linear layers of 1000 parameters, 4 KiB activations per sample.
-ModelProfile linear_model(int n) {
-  ModelProfile m;
-  m.name = "linear";
-  m.optimizer = "sgd";
-  m.input_bytes_per_sample = 4096;
-  for (int i = 0; i < n; ++i) {
-    LayerProfile l;
-    l.type = "linear";
-    l.fwd_flops = 1'000'000;
-    l.bwd_flops = 2'000'000;
-    l.param_count = 1000;
-    l.param_bytes = l.grad_bytes = 4000;
-    l.out_act_bytes = 4096;
-    l.stash_bytes = 4096;
-    m.layers.push_back(l);
-  }
-  return m;
-}
-
 // A device with measured per-sample and per-micro-batch layer times.
 DeviceProfile measured_device(const std::string& name, int layers, double per_sample, double per_microbatch,
                               int64_t memory = int64_t{1} << 30) {
@@ -88,7 +68,7 @@ DeviceProfile measured_device(const std::string& name, int layers, double per_sa
 }  // namespace
 
 TEST_CASE("the cost model's bubble is what the schedules' action lists take", "[planner][microbatches]") {
-  const ModelProfile model = linear_model(1);
+  const ModelProfile model = test::uniform_model(1);
   Cluster cluster;
   cluster.devices.push_back(measured_device("a", 1, 1e-6, 0));
   for (ScheduleKind kind : {ScheduleKind::gpipe, ScheduleKind::one_f_one_b, ScheduleKind::zb1})
@@ -108,7 +88,7 @@ TEST_CASE("the cost model's bubble is what the schedules' action lists take", "[
 
 TEST_CASE("with no bubble the predicted batch time grows with the micro-batches", "[planner][microbatches]") {
   const int n = 4;
-  const ModelProfile model = linear_model(n);
+  const ModelProfile model = test::uniform_model(n);
   Cluster cluster;
   cluster.devices.push_back(measured_device("a", n, 1e-5, 2e-4));  // one device: p = 1, bubble 0
   PlanOptions o;
@@ -186,7 +166,7 @@ TEST_CASE("microbatches auto picks an M no worse than every other", "[planner][m
 
 TEST_CASE("microbatches auto splits a batch that does not fit whole", "[planner][microbatches]") {
   const int n = 3;
-  ModelProfile model = linear_model(n);
+  ModelProfile model = test::uniform_model(n);
   for (LayerProfile& l : model.layers) l.stash_bytes = 1 << 20;  // 1 MiB per sample kept for backward
   Cluster cluster;
   // Fewer micro-batches would be faster (a fixed cost per micro-batch, one stage: no bubble),
@@ -245,7 +225,7 @@ TEST_CASE("layer times at two micro-batch sizes fit a fixed and a per-sample par
 }
 
 TEST_CASE("per-micro-batch layer times are checked and travel in devices files", "[planner][microbatches]") {
-  const ModelProfile model = linear_model(2);
+  const ModelProfile model = test::uniform_model(2);
   Cluster cluster;
   cluster.devices.push_back(measured_device("a", 2, 1e-5, 1e-4));
   PlanOptions o;

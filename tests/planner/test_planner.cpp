@@ -96,26 +96,6 @@ int check_against_brute_force(int instances, int max_layers, int max_devices, ui
   return recomputing;
 }
 
-// n equal linear layers, each with `params` parameters, 1 MFLOP forward, 4 KiB activations.
-ModelProfile uniform_model(int n, int64_t params = 1000) {
-  ModelProfile m;
-  m.name = "uniform";
-  m.optimizer = "sgd";
-  m.input_bytes_per_sample = 4096;
-  for (int i = 0; i < n; ++i) {
-    LayerProfile l;
-    l.type = "linear";
-    l.fwd_flops = 1'000'000;
-    l.bwd_flops = 2'000'000;
-    l.param_count = params;
-    l.param_bytes = l.grad_bytes = 4 * params;
-    l.out_act_bytes = 4096;
-    l.stash_bytes = 4096;
-    m.layers.push_back(l);
-  }
-  return m;
-}
-
 Cluster equal_devices(int d, int64_t memory = int64_t{1} << 30) {
   Cluster c;
   for (int k = 0; k < d; ++k) {
@@ -163,14 +143,14 @@ TEST_CASE("planner equals brute force when devices are copies of each other", "[
 }
 
 TEST_CASE("equal devices share equal layers evenly", "[planner]") {
-  const ModelProfile m = uniform_model(12);
+  const ModelProfile m = test::uniform_model(12);
   const Plan p = plan(m, equal_devices(3), PlanOptions{});
   REQUIRE(p.stages.size() == 3);
   for (const StagePlan& st : p.stages) CHECK(st.end - st.begin == 4);
 }
 
 TEST_CASE("a device behind a slow link gets less work", "[planner]") {
-  const ModelProfile m = uniform_model(12);
+  const ModelProfile m = test::uniform_model(12);
   Cluster c = equal_devices(3);
   // Every link touching d2 is 100x slower than the default.
   for (int k = 0; k < 2; ++k) {
@@ -183,7 +163,7 @@ TEST_CASE("a device behind a slow link gets less work", "[planner]") {
 }
 
 TEST_CASE("a device with little memory gets less work", "[planner]") {
-  const ModelProfile m = uniform_model(12, 100000);  // 400 KB of weights per layer, 800 KB with grads
+  const ModelProfile m = test::uniform_model(12, 100000);  // 400 KB of weights per layer, 800 KB with grads
   Cluster c = equal_devices(3);
   const CostModel probe(m, c, PlanOptions{});
   // d1 holds at most two layers with their activations (as the middle stage: 2 in flight).
@@ -196,7 +176,7 @@ TEST_CASE("a device with little memory gets less work", "[planner]") {
 
 TEST_CASE("with --recompute auto only the stage that would not fit otherwise recomputes, paying its forward",
           "[planner][recompute]") {
-  ModelProfile m = uniform_model(8);
+  ModelProfile m = test::uniform_model(8);
   for (LayerProfile& l : m.layers) l.stash_bytes = 4096 + (1 << 16);  // 64 KiB of context per sample and layer
   Cluster c = equal_devices(2);
   PlanOptions o;
@@ -238,7 +218,7 @@ TEST_CASE("with --recompute auto only the stage that would not fit otherwise rec
 }
 
 TEST_CASE("a layer's workspace counts toward its stage's memory", "[planner]") {
-  ModelProfile m = uniform_model(4, 1000);
+  ModelProfile m = test::uniform_model(4, 1000);
   const CostModel before(m, equal_devices(2), PlanOptions{});
   m.layers[2].workspace_bytes = 1 << 20;  // e.g. a convolution's columns, per sample
   const CostModel after(m, equal_devices(2), PlanOptions{});
@@ -265,7 +245,7 @@ TEST_CASE("a layer's workspace counts toward its stage's memory", "[planner]") {
 }
 
 TEST_CASE("a slow device is left unused when it would be the bottleneck", "[planner]") {
-  const ModelProfile m = uniform_model(4);
+  const ModelProfile m = test::uniform_model(4);
   Cluster c = equal_devices(3);
   c.devices[2].gflops = 0.01;  // one layer on it takes longer than the whole model elsewhere
   const Plan p = plan(m, c, PlanOptions{});
@@ -274,7 +254,7 @@ TEST_CASE("a slow device is left unused when it would be the bottleneck", "[plan
 }
 
 TEST_CASE("GPipe keeps M micro-batches in flight, 1F1B at most p - stage", "[planner]") {
-  const ModelProfile m = uniform_model(8);
+  const ModelProfile m = test::uniform_model(8);
   PlanOptions o;
   o.microbatches = 8;
   o.batch = 64;
@@ -288,7 +268,7 @@ TEST_CASE("GPipe keeps M micro-batches in flight, 1F1B at most p - stage", "[pla
 }
 
 TEST_CASE("ZB-H1 keeps min(p, M) in flight on every stage and predicts a third of 1F1B's bubble", "[planner][zb1]") {
-  const ModelProfile m = uniform_model(8);
+  const ModelProfile m = test::uniform_model(8);
   PlanOptions o;
   o.microbatches = 8;
   o.batch = 64;
@@ -342,7 +322,7 @@ TEST_CASE("ZB-H1 plans fit memory and cost no less than the best assignment", "[
 }
 
 TEST_CASE("a layer that fits nowhere is named with the memory it needs", "[planner]") {
-  ModelProfile m = uniform_model(5);
+  ModelProfile m = test::uniform_model(5);
   m.layers[3].param_count = 1'000'000;
   m.layers[3].param_bytes = m.layers[3].grad_bytes = 4'000'000;
   m.layers[3].optimizer_state_bytes = 8'000'000;
@@ -364,7 +344,7 @@ TEST_CASE("a layer that fits nowhere is named with the memory it needs", "[plann
 }
 
 TEST_CASE("a model too large for all devices together says so", "[planner]") {
-  const ModelProfile m = uniform_model(8, 100000);  // 800 KB per layer with grads
+  const ModelProfile m = test::uniform_model(8, 100000);  // 800 KB per layer with grads
   const Cluster c = equal_devices(3, 2'000'000);    // each fits one layer, not eight
   try {
     plan(m, c, PlanOptions{});
@@ -377,7 +357,7 @@ TEST_CASE("a model too large for all devices together says so", "[planner]") {
 }
 
 TEST_CASE("invalid planning inputs are rejected with a message", "[planner]") {
-  const ModelProfile m = uniform_model(3);
+  const ModelProfile m = test::uniform_model(3);
   PlanOptions o;
   o.microbatches = 0;
   CHECK_THROWS_WITH(plan(m, equal_devices(2), o), Catch::Contains("--microbatches"));
@@ -398,13 +378,13 @@ TEST_CASE("invalid planning inputs are rejected with a message", "[planner]") {
 TEST_CASE("max_stages limits the pipeline depth", "[planner]") {
   PlanOptions o;
   o.max_stages = 2;
-  const Plan p = plan(uniform_model(12), equal_devices(4), o);
+  const Plan p = plan(test::uniform_model(12), equal_devices(4), o);
   CHECK(p.stages.size() == 2);
   CHECK(p.unused_devices.size() == 2);
 }
 
 TEST_CASE("plan JSON holds the per-layer profile and per-stage details", "[planner]") {
-  const ModelProfile m = uniform_model(6);
+  const ModelProfile m = test::uniform_model(6);
   const Plan p = plan(m, equal_devices(2), PlanOptions{});
   const nlohmann::json j = to_json(p, m);
   for (const char* key : {"schedule", "microbatches", "batch", "microbatch_size", "encoding", "num_stages", "stages",
@@ -438,7 +418,7 @@ TEST_CASE("format helpers", "[planner]") {
 }
 
 TEST_CASE("a stage's compute includes one optimizer step over its parameters", "[planner]") {
-  const ModelProfile m = uniform_model(4, 1000);
+  const ModelProfile m = test::uniform_model(4, 1000);
   Cluster c = equal_devices(2);
   PlanOptions o;
   const CostModel plain(m, c, o);
@@ -452,7 +432,7 @@ TEST_CASE("a stage's compute includes one optimizer step over its parameters", "
 }
 
 TEST_CASE("devices sharing a machine's cores are planned with their contention", "[planner]") {
-  const ModelProfile m = uniform_model(12);
+  const ModelProfile m = test::uniform_model(12);
   Cluster c = equal_devices(3);
   // Without host information three equal devices take four layers each.
   REQUIRE(plan_shared_hosts(m, c, PlanOptions{}).stages.size() == 3);
