@@ -112,6 +112,7 @@ struct BenchOptions {
   std::string json_path = "bench-pipeline.json";
   std::string trace_dir;
   std::string cleaved;
+  std::string bandwidth_limit;  // each daemon's --bandwidth-limit (its links' throttle), "" for none
   std::string dataset_dir;
   std::string text;  // GPT models' text ("": the fortunes)
   std::string fortunes_dir = cleave::kFortunesDir;
@@ -359,10 +360,11 @@ Row run_pipeline(const BenchOptions& o, const ModelInfo& m, const std::string& t
     cl.on_listening = [&](const std::string& endpoint) {
       for (int i = 1; i <= stages; ++i) {
         const std::string name = "dev" + std::to_string(i);
-        daemons.push_back(cleave::spawn({cleaved, "--coordinator", endpoint, "--key", dir + "/" + name + ".key",
-                                 "--coordinator-key", dir + "/coordinator.pub", "--name", name, "--backend", "cpu",
-                                 "--threads", "1", "--max-jobs", "1"},
-                                dir + "/" + name + ".log"));
+        std::vector<std::string> argv = {cleaved, "--coordinator", endpoint, "--key", dir + "/" + name + ".key",
+                                         "--coordinator-key", dir + "/coordinator.pub", "--name", name, "--backend",
+                                         "cpu", "--threads", "1", "--max-jobs", "1"};
+        if (!o.bandwidth_limit.empty()) argv.insert(argv.end(), {"--bandwidth-limit", o.bandwidth_limit});
+        daemons.push_back(cleave::spawn(argv, dir + "/" + name + ".log"));
       }
     };
     json r;
@@ -736,6 +738,8 @@ int run(const BenchOptions& o) {
     std::printf("GPT models: text %s, batch 32, %lld steps per run; PyTorch: %s\n", text.c_str(),
                 static_cast<long long>(o.max_steps > 0 ? o.max_steps : 24),
                 torch.available() ? (torch.python() + " (torch " + torch.version() + ")").c_str() : torch.missing().c_str());
+  if (!o.bandwidth_limit.empty())
+    std::printf("every daemon's links throttled: --bandwidth-limit %s\n", o.bandwidth_limit.c_str());
   const double startup_cpu = daemon_startup_cpu(cleaved, 1500);
   std::printf("a cleaved daemon spends %.2f CPU s starting up (probe included) and idling 1.5 s\n", startup_cpu);
   const auto t0 = Clock::now();
@@ -765,6 +769,7 @@ int run(const BenchOptions& o) {
               {"schedules", schedules},
               {"recompute", o.recompute},
               {"planner", o.planner},
+              {"bandwidth_limit", o.bandwidth_limit},
               {"torch", torch.available() ? torch.version() : torch.missing()},
               {"cpu_cores", std::thread::hardware_concurrency()},
               {"load_average_start", load_start},
@@ -818,6 +823,8 @@ int main(int argc, char** argv) {
   app.add_option("--json", o.json_path, "Write the results here")->capture_default_str();
   app.add_option("--trace-dir", o.trace_dir, "Write each pipeline run's Chrome trace into this directory");
   app.add_option("--cleaved", o.cleaved, "Path of the cleaved binary (default: this build's)");
+  app.add_option("--bandwidth-limit", o.bandwidth_limit,
+                 "Each daemon's --bandwidth-limit (e.g. 200mbit): links slower than loopback");
   app.add_option("--dataset-dir", o.dataset_dir, "Where Fashion-MNIST lives");
   app.add_option("--text", o.text, "Text for GPT models (default: the fortunes, concatenated)");
   app.add_option("--models-dir", o.models_dir, "Where the model JSON files live")->capture_default_str();
