@@ -107,16 +107,19 @@ int max_in_flight(ScheduleKind kind, int stage, int stages, int microbatches) {
 
 bool in_flight_by_suffix(ScheduleKind kind) { return kind != ScheduleKind::zb1; }
 
-double bubble_fraction(ScheduleKind kind, int stages, int microbatches) {
+double bubble_fraction(ScheduleKind kind, int stages, int microbatches, double weight_share) {
   const double p = stages, m = microbatches;
-  // With unit F, B and W each stage works 3M units; the last one ends at
-  // 3M + p - 1 under ZB-H1, at 3M + 3 (p - 1) under 1F1B and GPipe (whose
-  // whole backward, 2 units, the previous stage waits for).
-  // With M < p there are too few W's to fill ZB-H1's drain: p - M more idle
-  // units (tests/planner/test_microbatches.cpp simulates make_schedule).
+  // In units of one micro-batch's F + B + W (= 1; W is w of it, F + B the
+  // rest): GPipe and 1F1B idle p - 1 units. ZB-H1's drain waits only for the
+  // F + B of the stages below, its W's fill the rest: (p - 1)(1 - 2w), which
+  // is (p - 1) / 3 units with equal F, B and W, and p - 1 when no layer splits
+  // its backward (w = 0: the schedule is 1F1B's). With M < p there are too
+  // few W's to fill the drain: p - M more W's worth of idle (a simulation of
+  // make_schedule: tests/planner/test_microbatches.cpp).
   if (kind == ScheduleKind::zb1) {
-    const double idle = (p - 1) + std::max(0.0, p - m);
-    return idle / (3 * m + idle);
+    const double w = std::clamp(weight_share, 0.0, 0.5);
+    const double idle = (p - 1) * (1 - 2 * w) + std::max(0.0, p - m) * w;
+    return idle / (m + idle);
   }
   return (p - 1) / (m + p - 1);
 }

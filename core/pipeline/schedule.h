@@ -67,13 +67,15 @@ int max_in_flight(ScheduleKind kind, int stage, int stages, int microbatches);
 // Whether max_in_flight(kind, ...) depends on stages - stage only (GPipe, 1F1B).
 bool in_flight_by_suffix(ScheduleKind kind);
 
-// Fraction of a batch's time a stage idles under `kind` when every forward,
-// backward input half and weight half take the same time and links are free:
-// (p - 1) / (M + p - 1) for GPipe and 1F1B, (p - 1) / (3M + p - 1) for ZB-H1
-// with M >= p; with fewer micro-batches ZB-H1 cannot defer enough W's to fill
-// its drain: (p - 1 + p - M) / (3M + p - 1 + p - M). The planner's batch time
-// is its bottleneck stretched by it: bottleneck / (1 - bubble).
-double bubble_fraction(ScheduleKind kind, int stages, int microbatches);
+// Fraction of a batch's time a stage idles under `kind` when links are free and
+// every stage takes the same time per micro-batch, of which `weight_share` in
+// W (ZB-H1 only: 1/3 when F, B and W take the same time, 0 when no layer
+// splits its backward): (p - 1) / (M + p - 1) for GPipe and 1F1B; for ZB-H1
+// idle / (M + idle) with idle = (p - 1)(1 - 2w) + max(0, p - M) w, which is
+// (p - 1) / (3M + p - 1) with equal F, B, W and M >= p (the term in p - M:
+// too few W's to fill the drain). The planner's batch time is its bottleneck
+// stretched by it: bottleneck / (1 - bubble).
+double bubble_fraction(ScheduleKind kind, int stages, int microbatches, double weight_share = 1.0 / 3);
 
 const char* action_name(ActionKind kind);
 

@@ -46,11 +46,19 @@ double forward_share(const LayerProfile& l) {
   return l.param_count > 0 ? 1.0 / 3 : 0.5;
 }
 
+// The share of a layer's forward + backward time its W step takes (ZB-H1), by FLOPs.
+double weight_share(const LayerProfile& l) {
+  return l.fwd_flops + l.bwd_flops > 0
+             ? static_cast<double>(l.weight_grad_flops) / static_cast<double>(l.fwd_flops + l.bwd_flops)
+             : 0.0;
+}
+
 // Prefix sums of measured per-layer times `t` (one per layer of `model`, each
-// >= 0) and of their forward shares. Errors name the device (`label`) and
+// >= 0) and of their forward shares (and W shares, when asked). Errors name the device (`label`) and
 // the `kind` of times ("measured", "measured per-micro-batch").
 void add_measured_times(const ModelProfile& model, const std::vector<double>& t, const std::string& label,
-                        const std::string& kind, std::vector<double>& prefix, std::vector<double>& prefix_forward) {
+                        const std::string& kind, std::vector<double>& prefix, std::vector<double>& prefix_forward,
+                        std::vector<double>* prefix_weight) {
   const int n = model.num_layers();
   if (static_cast<int>(t.size()) != n)
     throw PlanError(label + ": " + std::to_string(t.size()) + " " + kind + " layer times for a model of " +
@@ -59,6 +67,7 @@ void add_measured_times(const ModelProfile& model, const std::vector<double>& t,
     if (!finite_nonneg(t[i])) throw PlanError(label + ": " + kind + " time of layer " + std::to_string(i) + " must be >= 0");
     prefix[i + 1] = prefix[i] + t[i];
     prefix_forward[i + 1] = prefix_forward[i] + t[i] * forward_share(model.layers[i]);
+    if (prefix_weight) (*prefix_weight)[i + 1] = (*prefix_weight)[i] + t[i] * weight_share(model.layers[i]);
   }
 }
 
@@ -101,6 +110,7 @@ CostModel::CostModel(const ModelProfile& model, const Cluster& cluster, const Pl
   prefix_seconds_.assign(d_, std::vector<double>(n_ + 1, 0.0));
   prefix_update_.assign(d_, std::vector<double>(n_ + 1, 0.0));
   prefix_forward_.assign(d_, std::vector<double>(n_ + 1, 0.0));
+  prefix_weight_.assign(d_, std::vector<double>(n_ + 1, 0.0));
   prefix_fixed_.assign(d_, std::vector<double>(n_ + 1, 0.0));
   prefix_forward_fixed_.assign(d_, std::vector<double>(n_ + 1, 0.0));
   memory_.resize(d_);
@@ -116,10 +126,10 @@ CostModel::CostModel(const ModelProfile& model, const Cluster& cluster, const Pl
     const bool measured = dev.layer_seconds_per_sample.has_value();
     if (measured) {
       add_measured_times(model, *dev.layer_seconds_per_sample, device_label(cluster, k), "measured", prefix_seconds_[k],
-                         prefix_forward_[k]);
+                         prefix_forward_[k], &prefix_weight_[k]);
       if (dev.layer_seconds_per_microbatch)
         add_measured_times(model, *dev.layer_seconds_per_microbatch, device_label(cluster, k),
-                           "measured per-micro-batch", prefix_fixed_[k], prefix_forward_fixed_[k]);
+                           "measured per-micro-batch", prefix_fixed_[k], prefix_forward_fixed_[k], nullptr);
     } else {
       if (dev.layer_seconds_per_microbatch)
         throw PlanError(device_label(cluster, k) + ": per-micro-batch layer times need per-sample layer times too");
@@ -131,6 +141,7 @@ CostModel::CostModel(const ModelProfile& model, const Cluster& cluster, const Pl
         prefix_seconds_[k][i + 1] =
             prefix_seconds_[k][i] + static_cast<double>(l.fwd_flops + l.bwd_flops) / flops_per_second;
         prefix_forward_[k][i + 1] = prefix_forward_[k][i] + static_cast<double>(l.fwd_flops) / flops_per_second;
+        prefix_weight_[k][i + 1] = prefix_weight_[k][i] + static_cast<double>(l.weight_grad_flops) / flops_per_second;
       }
     }
   }
@@ -189,8 +200,8 @@ int CostModel::in_flight(int num_stages, int stage) const {
   return max_in_flight(options_.schedule, stage, num_stages, options_.microbatches);
 }
 
-double CostModel::bubble(int num_stages) const {
-  return bubble_fraction(options_.schedule, num_stages, options_.microbatches);
+double CostModel::bubble(int num_stages, double weight_share) const {
+  return bubble_fraction(options_.schedule, num_stages, options_.microbatches, weight_share);
 }
 
 // ---------------------------------------------------------------------------
@@ -213,7 +224,7 @@ Plan evaluate_plan(const CostModel& cost, const std::vector<int>& devices, const
   Plan out;
   out.options = cost.options();
   out.microbatch_size = cost.microbatch_size();
-  double bottleneck = 0;
+  double bottleneck = 0, weight_seconds = 0, compute_seconds = 0;
   for (int s = 0; s < p; ++s) {
     StagePlan st;
     st.device = devices[s];
@@ -233,6 +244,8 @@ Plan evaluate_plan(const CostModel& cost, const std::vector<int>& devices, const
       st.transfer_bytes = cost.transfer_bytes(st.device, devices[s + 1], st.end);
     }
     bottleneck = std::max({bottleneck, st.compute_seconds, st.transfer_seconds});
+    weight_seconds += cost.weight_seconds(st.device, st.begin, st.end);
+    compute_seconds += st.compute_seconds;
     out.stages.push_back(std::move(st));
   }
   for (StagePlan& st : out.stages) {
@@ -247,7 +260,9 @@ Plan evaluate_plan(const CostModel& cost, const std::vector<int>& devices, const
   for (int k = 0; k < cost.num_devices(); ++k)
     if (!used[k]) out.unused_devices.push_back(cluster.devices[k].name);
   out.bottleneck_seconds = bottleneck;
-  out.batch_seconds = cost.batch_seconds(bottleneck, p);
+  // ZB-H1's bubble depends on how much of the stages' time their W's take.
+  out.weight_share = compute_seconds > 0 ? weight_seconds / compute_seconds : 0.0;
+  out.batch_seconds = cost.batch_seconds(bottleneck, p, out.weight_share);
   out.samples_per_second = out.batch_seconds > 0 ? static_cast<double>(cost.options().batch) / out.batch_seconds : kInf;
   return out;
 }

@@ -91,13 +91,20 @@ class CostModel {
   // max_in_flight(schedule, stage, num_stages, M) (core/pipeline/schedule.h).
   int in_flight(int num_stages, int stage) const;
   // Fraction of a batch's time a stage of a `num_stages`-stage pipeline idles
-  // when forwards, input and weight gradients take equal times:
-  // bubble_fraction(schedule, num_stages, M) (core/pipeline/schedule.h).
-  double bubble(int num_stages) const;
+  // when `weight_share` of the stages' time goes to W (ZB-H1; 1/3: F, B and W
+  // take equal times): bubble_fraction(schedule, num_stages, M, weight_share)
+  // (core/pipeline/schedule.h).
+  double bubble(int num_stages, double weight_share = 1.0 / 3) const;
   // The predicted time of a batch whose slowest stage or cut takes
   // `bottleneck` seconds, on `num_stages` stages: bottleneck / (1 - bubble).
-  double batch_seconds(double bottleneck, int num_stages) const {
-    return bottleneck / (1 - bubble(num_stages));
+  double batch_seconds(double bottleneck, int num_stages, double weight_share = 1.0 / 3) const {
+    return bottleneck / (1 - bubble(num_stages, weight_share));
+  }
+  // The W (weight-gradient) part of compute_seconds(device, begin, end): the
+  // layers that split their backward (LayerProfile::weight_grad_flops), by
+  // their share of each layer's measured time (or of its FLOPs).
+  double weight_seconds(int device, int begin, int end) const {
+    return static_cast<double>(batch_) * (prefix_weight_[device][end] - prefix_weight_[device][begin]);
   }
   // The memory model (memory_model.h) of a stage [begin, end) on `device`
   // (its DeviceProfile::backend) keeping `in_flight` micro-batches of
@@ -136,6 +143,7 @@ class CostModel {
   std::vector<std::vector<double>> prefix_seconds_;  // [device][i]: per-sample seconds of layers [0, i)
   std::vector<std::vector<double>> prefix_update_;   // [device][i]: optimizer-step seconds of layers [0, i)
   std::vector<std::vector<double>> prefix_forward_;  // [device][i]: per-sample forward seconds of layers [0, i)
+  std::vector<std::vector<double>> prefix_weight_;   // [device][i]: per-sample W seconds of layers [0, i)
   std::vector<std::vector<double>> prefix_fixed_;    // [device][i]: per-micro-batch seconds of layers [0, i)
   std::vector<std::vector<double>> prefix_forward_fixed_;  // [device][i]: their forward share
   std::vector<MemoryModel> stage_models_;  // one per distinct backend among the devices
@@ -169,6 +177,7 @@ struct Plan {
   std::vector<std::string> unused_devices;
   double bottleneck_seconds = 0;      // max over stages and cuts, per batch
   double batch_seconds = 0;           // CostModel::batch_seconds: bottleneck / (1 - bubble), e.g. (M + p - 1) / M * bottleneck (gpipe, 1f1b)
+  double weight_share = 0;            // of the stages' compute, what their W's take (ZB-H1's bubble depends on it)
   double samples_per_second = 0;      // B / batch_seconds
   int search_runs = 0;                // exact feasibility passes the search made
   // plan_shared_hosts(): the largest factor by which co-located devices' compute

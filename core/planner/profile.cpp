@@ -33,6 +33,9 @@ ModelProfile profile_model(const ModelSpec& spec, const std::string& optimizer_k
     l.fwd_flops = layer->flops_per_sample(in);
     l.param_count = layer->param_count();
     l.bwd_flops = l.param_count > 0 ? 2 * l.fwd_flops : l.fwd_flops;
+    // A layer that splits its backward computes its weight gradient in W:
+    // about the forward's FLOPs again (dW beside dX), half its backward.
+    l.weight_grad_flops = layer->splits_backward() ? l.bwd_flops / 2 : 0;
     l.param_bytes = 4 * l.param_count;
     l.grad_bytes = l.param_bytes;
     l.optimizer_state_bytes = state_mult * l.param_bytes;

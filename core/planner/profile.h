@@ -36,6 +36,7 @@ struct LayerProfile {
   std::string type;                   // JSON "type", e.g. "linear"
   int64_t fwd_flops = 0;              // forward FLOPs per sample (multiply-add = 2)
   int64_t bwd_flops = 0;              // backward FLOPs per sample (see above)
+  int64_t weight_grad_flops = 0;      // of bwd_flops, what a split backward leaves to W (ZB-H1); 0: all in B
   int64_t param_count = 0;            // float parameters
   int64_t param_bytes = 0;            // 4 * param_count
   int64_t optimizer_state_bytes = 0;  // 0, 1x or 2x param_bytes (see above)

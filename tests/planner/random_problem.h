@@ -29,6 +29,7 @@ inline ModelProfile uniform_model(int n, int64_t params = 1000) {
     l.type = "linear";
     l.fwd_flops = 1'000'000;
     l.bwd_flops = 2'000'000;
+    l.weight_grad_flops = 1'000'000;  // a split backward: B and W as long as F
     l.param_count = params;
     l.param_bytes = l.grad_bytes = 4 * params;
     l.out_act_bytes = 4096;
@@ -57,6 +58,7 @@ inline Problem random_problem(std::mt19937_64& rng, int max_layers, int max_devi
     l.fwd_flops = pick(0, 5) == 0 ? 0 : pick(1000, 2000000);
     l.param_count = l.type == "relu" ? 0 : pick(1, 200000);
     l.bwd_flops = l.param_count > 0 ? 2 * l.fwd_flops : l.fwd_flops;
+    l.weight_grad_flops = l.param_count > 0 && i % 2 == 0 ? l.fwd_flops : 0;  // every other layer splits its backward
     l.param_bytes = l.grad_bytes = 4 * l.param_count;
     l.optimizer_state_bytes = pick(0, 2) * l.param_bytes;
     l.out_act_bytes = 4 * pick(1, 5000);

@@ -116,7 +116,7 @@ TEST_CASE("with no bubble the predicted batch time grows with the micro-batches"
 TEST_CASE("microbatches auto picks an M no worse than every other", "[planner][microbatches]") {
   std::mt19937_64 rng(1717);
   int checked = 0, above_one = 0, pipelined = 0;
-  for (int it = 0; it < 120; ++it) {
+  for (int it = 0; it < 300; ++it) {
     test::Problem pr = test::random_problem(rng, 6, 3);
     pr.options.batch = std::uniform_int_distribution<int>(1, 24)(rng);
     if (it % 3 == 0) pr.options.schedule = ScheduleKind::zb1;

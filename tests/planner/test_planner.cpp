@@ -31,12 +31,25 @@ void check_plan_consistent(const Plan& plan, const CostModel& cost) {
   const int p = static_cast<int>(plan.stages.size());
   const double m = plan.options.microbatches;
   // The fill of the pipeline: 1F1B's and GPipe's (p - 1) / (M + p - 1) of the batch
-  // time, ZB-H1's (p - 1) / (3M + p - 1), plus p - M units with fewer micro-batches
-  // than stages (too few W's for the drain; test_microbatches.cpp simulates it).
-  if (plan.options.schedule == ScheduleKind::zb1)
-    CHECK(plan.batch_seconds == Approx((3 * m + p - 1 + std::max(0.0, p - m)) / (3 * m) * plan.bottleneck_seconds));
-  else
-    CHECK(plan.batch_seconds == Approx((m + p - 1) / m * plan.bottleneck_seconds));
+  // time. ZB-H1's depends on the share w of the stages' time in W (layers that
+  // split their backward): (p - 1)(1 - 2w) + max(0, p - M) w idle micro-batch
+  // times (test_microbatches.cpp simulates it); never more than 1F1B's.
+  const double ofob = (m + p - 1) / m * plan.bottleneck_seconds;
+  if (plan.options.schedule == ScheduleKind::zb1) {
+    double w = 0, compute = 0;
+    for (const StagePlan& st : plan.stages) {
+      w += cost.weight_seconds(st.device, st.begin, st.end);
+      compute += st.compute_seconds;
+    }
+    CHECK(plan.weight_share == Approx(compute > 0 ? w / compute : 0.0));
+    CHECK(plan.weight_share >= 0);
+    CHECK(plan.weight_share <= 0.5);
+    const double idle = (p - 1) * (1 - 2 * plan.weight_share) + std::max(0.0, p - m) * plan.weight_share;
+    CHECK(plan.batch_seconds == Approx((m + idle) / m * plan.bottleneck_seconds));
+    CHECK(plan.batch_seconds <= ofob * (1 + 1e-12));
+  } else {
+    CHECK(plan.batch_seconds == Approx(ofob));
+  }
   bool marked = false;
   for (const StagePlan& st : plan.stages) marked |= st.bottleneck;
   CHECK(marked);
@@ -287,6 +300,12 @@ TEST_CASE("ZB-H1 keeps min(p, M) in flight on every stage and predicts a third o
   CHECK(bubble_f == Approx(3.0 / (8 + 3)));
   CHECK(z.batch_seconds < f.batch_seconds);
   CHECK(z.samples_per_second > f.samples_per_second);
+  // Without a layer that splits its backward there is nothing to defer: 1F1B's bubble.
+  ModelProfile whole = m;
+  for (LayerProfile& l : whole.layers) l.weight_grad_flops = 0;
+  const Plan unsplit = plan(whole, equal_devices(4), o);
+  CHECK(unsplit.weight_share == 0);
+  CHECK(unsplit.batch_seconds == Approx(f.batch_seconds));
   // It holds more than 1F1B on the later stages, and the memory says so.
   CHECK(z.stages[3].memory.activations > f.stages[3].memory.activations);
   CHECK(z.stages[0].memory.activations == f.stages[0].memory.activations);

@@ -22,7 +22,9 @@ TEST_CASE("profile of the MLP demo model", "[planner][profile]") {
   CHECK(fc1.bwd_flops == 2 * fc1.fwd_flops);
   CHECK(fc1.out_act_bytes == 4 * 1024);
   CHECK(fc1.stash_bytes >= 4 * 784);
+  CHECK(fc1.weight_grad_flops == fc1.fwd_flops);  // linear splits its backward: dW in W
   const LayerProfile& relu = adam.layers[2];
+  CHECK(relu.weight_grad_flops == 0);
   CHECK(relu.param_count == 0);
   CHECK(relu.bwd_flops == relu.fwd_flops);
   CHECK(relu.optimizer_state_bytes == 0);
@@ -52,4 +54,35 @@ TEST_CASE("profile of the CNN demo model plans onto two devices", "[planner][pro
   for (const StagePlan& st : p.stages) covered += st.end - st.begin;
   CHECK(covered == prof.num_layers());
   CHECK(p.bottleneck_seconds > 0);
+}
+
+TEST_CASE("the CNN's convolutions keep their whole backward in B, so its ZB-H1 bubble is near 1F1B's",
+          "[planner][profile][zb1]") {
+  const ModelSpec spec = ModelSpec::load(CLEAVE_SOURCE_DIR "/models/cnn.json");
+  const ModelProfile prof = profile_model(spec, "adam", 0);
+  int64_t conv_flops = 0, total = 0, deferred = 0;
+  for (const LayerProfile& l : prof.layers) {
+    if (l.type == "conv2d") {
+      CHECK(l.weight_grad_flops == 0);
+      conv_flops += l.fwd_flops + l.bwd_flops;
+    }
+    total += l.fwd_flops + l.bwd_flops;
+    deferred += l.weight_grad_flops;
+  }
+  REQUIRE(conv_flops > total / 2);  // the convolutions are most of the work
+  Cluster c;
+  c.devices.push_back({"a", int64_t{1} << 30, 50, std::nullopt});
+  c.devices.push_back({"b", int64_t{1} << 30, 50, std::nullopt});
+  PlanOptions o;
+  o.microbatches = 8;
+  o.schedule = ScheduleKind::zb1;
+  const Plan z = plan(prof, c, o);
+  REQUIRE(z.stages.size() == 2);
+  // Only the linear layers' dW can fill the bubble: a share well under 1/3.
+  CHECK(z.weight_share > 0);
+  CHECK(z.weight_share < static_cast<double>(deferred) / static_cast<double>(total) + 1e-9);
+  CHECK(z.weight_share < 0.2);
+  const double bubble = 1 - z.bottleneck_seconds / z.batch_seconds;
+  CHECK(bubble > bubble_fraction(ScheduleKind::zb1, 2, 8));          // more than equal F, B, W would leave
+  CHECK(bubble < bubble_fraction(ScheduleKind::one_f_one_b, 2, 8));  // less than 1F1B
 }
