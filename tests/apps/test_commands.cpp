@@ -65,6 +65,15 @@ void check_plan_stages(const nlohmann::json& plan, int layers, const std::set<st
 
 int num_layers(const std::string& model) { return cleave::ModelSpec::load(model).num_layers(); }
 
+// A devices file of "small" (24 MiB, fast) and "big" (4 GiB, slow) on a 1 Gbit/s link.
+std::string two_devices(const TempDir& dir) {
+  const std::string devices = dir.file("devices.json");
+  write_text(devices, R"({"devices": [{"name": "small", "memory": "24M", "gflops": 200},
+                                      {"name": "big", "memory": "4G", "gflops": 20}],
+                          "default_link": {"mbps": 1000, "latency_ms": 0.5}})");
+  return devices;
+}
+
 }  // namespace
 
 TEST_CASE("bad command lines exit 2 and name the command's --help", "[cli]") {
@@ -138,10 +147,7 @@ TEST_CASE("cleave plan places a model on a devices file within each device's mem
   TempDir dir;
   // "small" cannot hold the whole MLP with Adam (2.9M parameters x 16 bytes = 47 MB),
   // so the plan must split it and keep small's share under 24 MiB.
-  const std::string devices = dir.file("devices.json");
-  write_text(devices, R"({"devices": [{"name": "small", "memory": "24M", "gflops": 200},
-                                      {"name": "big", "memory": "4G", "gflops": 20}],
-                          "default_link": {"mbps": 1000, "latency_ms": 0.5}})");
+  const std::string devices = two_devices(dir);
   const std::string out = dir.file("plan.json");
   const RunResult r = run_cleave("plan --model '" + kMlp + "' --devices '" + devices + "' --microbatches 2 --json '" +
                                  out + "'");
@@ -389,4 +395,35 @@ TEST_CASE("an unwritable --save, --json or --trace is refused before any work, a
   INFO(ok.output);
   CHECK(ok.code == 0);
   CHECK(fs::exists(dir.file("ok.ckpt")));
+}
+
+TEST_CASE("cleave plan --microbatches auto writes the count it chose", "[cli][plan][microbatches]") {
+  TempDir dir;
+  const std::string devices = two_devices(dir);
+  const std::string out = dir.file("plan.json");
+  const RunResult r = run_cleave("plan --model '" + kMlp + "' --devices '" + devices +
+                                 "' --batch 32 --microbatches auto --json '" + out + "'");
+  INFO(r.output);
+  REQUIRE(r.code == 0);
+  CHECK(r.output.find("(--microbatches auto)") != std::string::npos);
+  const nlohmann::json plan = read_json(out);
+  CHECK(plan.at("microbatches_auto") == true);
+  const int m = plan.at("microbatches").get<int>();
+  CHECK(m >= 1);
+  CHECK(m <= 32);
+  // A number stays a number, and says it was not chosen.
+  REQUIRE(run_cleave("plan --model '" + kMlp + "' --devices '" + devices + "' --microbatches 3 --json '" + out + "'")
+              .code == 0);
+  CHECK(read_json(out).at("microbatches") == 3);
+  CHECK(read_json(out).at("microbatches_auto") == false);
+
+  for (const std::string& base : {"plan --model '" + kMlp + "' --devices '" + devices + "'",
+                                  "train --model '" + kMlp + "' --devices 2"}) {
+    require_usage_error(base + " --microbatches 0", {"--microbatches", "must be positive"});
+    require_usage_error(base + " --microbatches foo", {"--microbatches", "'foo'", "auto"});
+    require_usage_error(base + " --microbatches 2.5", {"--microbatches", "whole number"});
+  }
+  require_usage_error("train --local --model '" + kMlp + "' --microbatches auto", {"--microbatches auto", "--local"});
+  require_usage_error("train --model '" + kMlp + "' --devices 2 --planner balance --microbatches auto",
+                      {"--microbatches auto", "--planner auto"});
 }

@@ -1,8 +1,8 @@
 // test_microbatches_auto.cpp: --microbatches auto (issue 17) against the real
 // binaries: two cleaved daemons profiled at two micro-batch sizes train with
 // the count the planner chose, and the result says which count and that it
-// was chosen; `cleave plan --microbatches auto` writes the same keys; bad
-// values and combinations are usage errors naming the flag.
+// was chosen (`cleave plan --microbatches auto` and the flag's usage errors:
+// tests/apps/test_commands.cpp).
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -59,38 +59,4 @@ TEST_CASE("a pipeline trains with the micro-batch count the planner chose", "[in
                                     << pred.at("batch_seconds") << " s/batch, measured "
                                     << pred.at("measured_batch_seconds") << " (ratio "
                                     << pred.at("measured_over_predicted") << ")");
-}
-
-TEST_CASE("cleave plan --microbatches auto writes the count it chose", "[cli][plan][microbatches]") {
-  TempDir dir;
-  const std::string devices = dir.file("devices.json");
-  write_text(devices, R"({"devices": [{"name": "small", "memory": "24M", "gflops": 200},
-                                      {"name": "big", "memory": "4G", "gflops": 20}],
-                          "default_link": {"mbps": 1000, "latency_ms": 0.5}})");
-  const std::string out = dir.file("plan.json");
-  const RunResult r = run_cleave("plan --model '" + kMlp + "' --devices '" + devices +
-                                 "' --batch 32 --microbatches auto --json '" + out + "'");
-  INFO(r.output);
-  REQUIRE(r.code == 0);
-  CHECK(r.output.find("(--microbatches auto)") != std::string::npos);
-  const nlohmann::json plan = read_json(out);
-  CHECK(plan.at("microbatches_auto") == true);
-  const int m = plan.at("microbatches").get<int>();
-  CHECK(m >= 1);
-  CHECK(m <= 32);
-  // A number stays a number, and says it was not chosen.
-  REQUIRE(run_cleave("plan --model '" + kMlp + "' --devices '" + devices + "' --microbatches 3 --json '" + out + "'")
-              .code == 0);
-  CHECK(read_json(out).at("microbatches") == 3);
-  CHECK(read_json(out).at("microbatches_auto") == false);
-
-  for (const std::string& base : {"plan --model '" + kMlp + "' --devices '" + devices + "'",
-                                  "train --model '" + kMlp + "' --devices 2"}) {
-    require_usage_error(base + " --microbatches 0", {"--microbatches", "must be positive"});
-    require_usage_error(base + " --microbatches foo", {"--microbatches", "'foo'", "auto"});
-    require_usage_error(base + " --microbatches 2.5", {"--microbatches", "whole number"});
-  }
-  require_usage_error("train --local --model '" + kMlp + "' --microbatches auto", {"--microbatches auto", "--local"});
-  require_usage_error("train --model '" + kMlp + "' --devices 2 --planner balance --microbatches auto",
-                      {"--microbatches auto", "--planner auto"});
 }
