@@ -7,6 +7,10 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <future>
+#include <mutex>
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
@@ -53,7 +57,9 @@ std::string find_cleaved() {
   throw std::runtime_error("cannot find the cleaved binary next to cleave or on PATH: build it (scripts/build.sh)");
 }
 
-pid_t spawn(const std::vector<std::string>& argv, const std::string& log_path) {
+namespace {
+
+pid_t fork_exec(const std::vector<std::string>& argv, const std::string& log_path) {
   std::vector<char*> args;
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
@@ -75,6 +81,49 @@ pid_t spawn(const std::vector<std::string>& argv, const std::string& log_path) {
     _exit(127);
   }
   return pid;
+}
+
+// PR_SET_PDEATHSIG fires when the *thread* that forked the child ends, not
+// the process: a daemon started from a short-lived thread would get SIGTERM
+// with it. Children are therefore forked by one thread that lives as long as
+// the process (never destroyed: it may still wait when the process exits).
+class Spawner {
+ public:
+  Spawner() { std::thread([this] { run(); }).detach(); }
+
+  pid_t spawn(const std::vector<std::string>& argv, const std::string& log_path) {
+    std::packaged_task<pid_t()> task([&] { return fork_exec(argv, log_path); });
+    std::future<pid_t> pid = task.get_future();
+    {
+      std::lock_guard lock(mutex_);
+      tasks_.push_back(std::move(task));
+    }
+    ready_.notify_one();
+    return pid.get();  // rethrows fork_exec's error
+  }
+
+ private:
+  [[noreturn]] void run() {
+    for (;;) {
+      std::unique_lock lock(mutex_);
+      ready_.wait(lock, [&] { return !tasks_.empty(); });
+      std::packaged_task<pid_t()> task = std::move(tasks_.front());
+      tasks_.pop_front();
+      lock.unlock();
+      task();
+    }
+  }
+
+  std::mutex mutex_;
+  std::condition_variable ready_;
+  std::deque<std::packaged_task<pid_t()>> tasks_;
+};
+
+}  // namespace
+
+pid_t spawn(const std::vector<std::string>& argv, const std::string& log_path) {
+  static Spawner* const spawner = new Spawner;
+  return spawner->spawn(argv, log_path);
 }
 
 void terminate(pid_t pid, int grace_ms) {

@@ -18,7 +18,8 @@ bool interrupted();
 std::string find_cleaved();
 
 // fork + exec `argv`; the child gets SIGTERM when this process dies
-// (PR_SET_PDEATHSIG), and its stdout/stderr go to `log_path` ("" = inherit).
+// (PR_SET_PDEATHSIG, set from one process-long thread, so not when the
+// calling thread ends), and its stdout/stderr go to `log_path` ("" = inherit).
 pid_t spawn(const std::vector<std::string>& argv, const std::string& log_path = "");
 // SIGTERM, wait up to `grace_ms`, then SIGKILL; reaps the child.
 void terminate(pid_t pid, int grace_ms = 3000);

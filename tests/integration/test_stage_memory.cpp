@@ -39,15 +39,18 @@ TrainConfig small(const std::string& model) {
 }
 
 // What the one memory model says each stage of a balanced split needs on a CPU daemon.
-std::vector<size_t> balanced_estimates(const TrainConfig& cfg, int stages, ScheduleKind schedule) {
+std::vector<StageMemory> balanced_memory(const TrainConfig& cfg, int stages, ScheduleKind schedule) {
   const ModelSpec spec = ModelSpec::load(cfg.model_path);
   const std::vector<int> cuts = balanced_bounds(spec, cfg.batch, stages);
   OptimizerConfig ocfg = cfg.optimizer;
   if (ocfg.total_steps == 0) ocfg.total_steps = (cfg.limit_train + cfg.batch - 1) / cfg.batch;
+  return pipeline_memory(spec, cuts, ocfg, cfg.batch, cfg.microbatches, schedule,
+                         std::vector<std::optional<Backend>>(stages, Backend::cpu));
+}
+
+std::vector<size_t> balanced_estimates(const TrainConfig& cfg, int stages, ScheduleKind schedule) {
   std::vector<size_t> out;
-  for (const auto& m : pipeline_memory(spec, cuts, ocfg, cfg.batch, cfg.microbatches, schedule,
-                                       std::vector<std::optional<Backend>>(stages, Backend::cpu)))
-    out.push_back(m.total());
+  for (const StageMemory& m : balanced_memory(cfg, stages, schedule)) out.push_back(m.total());
   return out;
 }
 
@@ -75,14 +78,20 @@ TEST_CASE("each stage's memory estimate bounds what its daemon held, on both sid
     DYNAMIC_SECTION("CNN, 3 stages, " << schedule) {
       const nlohmann::json out = run(small("models/cnn.json"), 3, schedule, {});
       REQUIRE(out["stages"].size() == 3);
-      for (const auto& st : out["stages"]) {
+      const std::vector<StageMemory> model = balanced_memory(small("models/cnn.json"), 3, parse_schedule(schedule));
+      for (size_t s = 0; s < 3; ++s) {
+        const auto& st = out["stages"][s];
         INFO(st.dump());
         const auto estimate = st["estimated_memory_bytes"].get<int64_t>();
         const auto peak = st["peak_memory_bytes"].get<int64_t>();
         CHECK(st["daemon_estimated_memory_bytes"].get<int64_t>() == estimate);
+        REQUIRE(static_cast<int64_t>(model[s].total()) == estimate);
         CHECK(peak > 0);
         CHECK(estimate >= peak);
-        CHECK(static_cast<double>(estimate) <= 1.5 * static_cast<double>(peak));
+        // Not loose: without the tensor its links may still be sending (a
+        // worst case that loopback reaches in some runs and not in others),
+        // the estimate is within 1.5x of the peak.
+        CHECK(static_cast<double>(estimate - static_cast<int64_t>(model[s].links)) <= 1.5 * static_cast<double>(peak));
       }
     }
   }
