@@ -3,16 +3,23 @@
 // SDK client adds to an app (issue 14; target: at most 16 MiB while idle).
 // Prints a table and writes JSON.
 //
-//   bench_idle_rss [--cleaved PATH] [--emulator PATH] [--setups A,B,...] [--app PATH] [--lib PATH]
-//                  [--app-samples 10000] [--runs 5] [--settle 2] [--json bench-idle-rss.json]
+//   bench_idle_rss [--cleaved PATH] [--emulator PATH [--guest-maps LIB]] [--setups A,B,...]
+//                  [--app PATH] [--lib PATH] [--app-samples 10000] [--runs 5] [--settle 2]
+//                  [--job-rounds 3] [--job-limit-train 6000] [--json bench-idle-rss.json]
 //
 // --emulator runs the daemon under it (qemu-aarch64-static with an arm64
-// --cleaved: bench_footprint.sh); its figures then include the emulator's own
-// memory. --setups picks some of the setups below (default: all).
+// --cleaved: bench_footprint.sh); its VmRSS then includes the emulator's own
+// memory. --guest-maps LIB (guest_maps.c built for the guest) is preloaded
+// into the emulated daemon, and the guest's own resident pages are counted
+// (resident_pages.h): the "pages" column, which is then the one held to the
+// target. Natively "pages" counts every mapping's present pages, which
+// should give VmRSS back. --setups picks some of the setups below (default:
+// all). --job-rounds and --job-limit-train size the fed-job-1t job.
 //
 // Each run starts a fresh daemon and, once it is idle, reads VmRSS, RssAnon,
-// RssFile, VmHWM and Threads from /proc/PID/status, counts the CUDA / OpenCL
-// libraries in /proc/PID/maps and keeps the mappings that hold the most. Setups:
+// RssFile, VmHWM and Threads from /proc/PID/status, counts its present pages in
+// /proc/PID/pagemap, counts the CUDA / OpenCL libraries in /proc/PID/maps and
+// keeps the mappings that hold the most. Setups:
 //   unconnected      dialling a loopback port where nothing listens (all cores)
 //   unconnected-1t   the same with --threads 1
 //   registered-1t    --threads 1, registered with a coordinator (a CURVE server
@@ -20,8 +27,9 @@
 //   auto             unconnected with --backend auto (the default): the GPU
 //                    backends' modules are tried and, without a GPU, the CPU used
 //   fed-job-1t       --threads 1, the only client of a real `cleave fed` job
-//                    (3 rounds of the MLP; needs Fashion-MNIST): the highest
-//                    VmRSS sampled every 20 ms until it exits, and VmHWM
+//                    (--job-rounds of the MLP; needs Fashion-MNIST): the highest
+//                    VmRSS sampled every 20 ms (guest pages: every 250 ms)
+//                    until it exits, and VmHWM
 //   sdk-registered-1t  the app sdk_rss_app.c (--app), holding --app-samples
 //                    samples of its own (default 10000: 30 MiB), dlopen()s
 //                    libcleave (--lib) and runs a federated client (CPU, 1
@@ -63,6 +71,7 @@
 #include "apps/common/processes.h"
 #include "bench/common/bench_args.h"
 #include "bench/common/local_daemons.h"
+#include "bench/daemon/resident_pages.h"
 #include "core/io/json_file.h"
 #include "transport/endpoint.h"
 #include "transport/keys.h"
@@ -87,6 +96,9 @@ struct Args {
   double settle = 2.0;
   std::string json = "bench-idle-rss.json";
   std::vector<std::string> emulator;  // --emulator: runs cleaved under it (qemu-aarch64-static for an arm64 build)
+  std::string guest_maps;             // --guest-maps: guest_maps.so for the emulated daemon
+  int job_rounds = 3;
+  int64_t job_limit_train = 6000;
   std::vector<std::string> setups = {"unconnected", "unconnected-1t", "registered-1t", "auto",
                                      "fed-job-1t", "sdk-registered-1t", "sdk-fed-job-1t"};
 };
@@ -145,7 +157,19 @@ void read_mappings(pid_t pid, Sample& s) {
                      {"anonymous_kib", by_path[order[i].second].second}});
 }
 
-Sample sample(pid_t pid) {
+// The daemon's present pages: the guest's when it is emulated with
+// guest_maps.so preloaded (`guest_maps` names the file it writes), else all.
+void count_pages(pid_t pid, const std::string& guest_maps, Sample& s) {
+  const cleave::bench::Resident r =
+      guest_maps.empty()
+          ? cleave::bench::resident_pages(pid, cleave::bench::parse_maps(read_all("/proc/" + std::to_string(pid) + "/maps")))
+          : cleave::bench::guest_resident(pid, guest_maps);
+  s.status["Pages"] = r.kib;
+  s.status["PagesAnon"] = r.anon_kib;
+  s.status["PagesFile"] = r.file_kib;
+}
+
+Sample sample(pid_t pid, const std::string& guest_maps = "") {
   Sample s;
   std::istringstream status(read_all("/proc/" + std::to_string(pid) + "/status"));
   std::string key;
@@ -158,6 +182,7 @@ Sample sample(pid_t pid) {
     std::getline(status, key);
   }
   read_mappings(pid, s);
+  count_pages(pid, guest_maps, s);
   return s;
 }
 
@@ -184,13 +209,26 @@ void serve_for(cleave::transport::ServerEndpoint* server, double seconds, bool* 
   }
 }
 
+// The emulator's part of the daemon's command line: with --guest-maps it
+// preloads the library into the guest and names the file it writes (in `dir`).
+std::vector<std::string> emulator_prefix(const Args& a, const std::string& dir, std::string* maps_out) {
+  std::vector<std::string> argv = a.emulator;
+  maps_out->clear();
+  if (!a.emulator.empty() && !a.guest_maps.empty()) {
+    *maps_out = dir + "/guest.maps";
+    argv.insert(argv.end(), {"-E", "LD_PRELOAD=" + fs::absolute(a.guest_maps).string(), "-E", "CLEAVE_GUEST_MAPS=" + *maps_out});
+  }
+  return argv;
+}
+
 // One fresh daemon of `setup`, sampled once idle.
 Sample run_once(const Args& a, const std::string& setup) {
   cleave::bench::LocalDaemons keys({"idle"}, a.cleaved);
   const std::string dir = fs::path(keys.coordinator_key()).parent_path().string();
   const std::string log = dir + "/idle.log";
   std::unique_ptr<cleave::transport::ServerEndpoint> server;
-  std::vector<std::string> argv = a.emulator;
+  std::string maps;
+  std::vector<std::string> argv = emulator_prefix(a, dir, &maps);
   argv.insert(argv.end(), {a.cleaved, "--name", "idle", "--backend", setup == "auto" ? "auto" : "cpu"});
   if (setup == "registered-1t") {
     cleave::transport::ServerOptions o;
@@ -213,7 +251,7 @@ Sample run_once(const Args& a, const std::string& setup) {
     while (!registered && Clock::now() < end) serve_for(server.get(), 0.1, &registered);
     if (!registered) throw std::runtime_error("the daemon never registered:\n" + read_all(log));
     serve_for(server.get(), a.settle, nullptr);
-    s = sample(pid);
+    s = sample(pid, maps);
   } catch (...) {
     cleave::terminate(pid);
     throw;
@@ -237,12 +275,13 @@ bool have_fashion_mnist() {
   return false;
 }
 
-// A `cleave fed` coordinator for one client (3 rounds of the MLP); returns its
-// pid and the endpoint it listens on.
-std::pair<pid_t, std::string> start_fed_coordinator(const cleave::bench::LocalDaemons& keys, const std::string& dir) {
+// A `cleave fed` coordinator for one client (`rounds` rounds of the MLP);
+// returns its pid and the endpoint it listens on.
+std::pair<pid_t, std::string> start_fed_coordinator(const cleave::bench::LocalDaemons& keys, const std::string& dir,
+                                                    int rounds = 3) {
   const std::string fed_log = dir + "/fed.log";
   const pid_t pid = cleave::spawn({CLEAVE_BUILD_DIR "/apps/cleave/cleave", "fed", "--model", CLEAVE_SOURCE_DIR "/models/mlp.json",
-                                   "--dataset", "fashion-mnist", "--clients", "1", "--rounds", "3", "--batch", "32",
+                                   "--dataset", "fashion-mnist", "--clients", "1", "--rounds", std::to_string(rounds), "--batch", "32",
                                    "--limit-test", "500", "--threads", "1", "--key", keys.coordinator_key(), "--allow",
                                    keys.allow(), "--listen", "tcp://127.0.0.1:*", "--shutdown-clients"},
                                   fed_log);
@@ -253,32 +292,43 @@ std::pair<pid_t, std::string> start_fed_coordinator(const cleave::bench::LocalDa
 }
 
 // fed-job-1t: a `cleaved --threads 1` as the only client of a real `cleave fed`
-// job, sampled every 20 ms until it exits: VmRSS is the highest sample, VmHWM
-// the kernel's peak as last read.
+// job, sampled every 20 ms (250 ms when counting an emulated guest's pages)
+// until it exits: VmRSS and Pages are the highest samples, VmHWM the kernel's
+// peak as last read.
 Sample run_job_once(const Args& a) {
   cleave::bench::LocalDaemons keys({"job"}, a.cleaved);
   const std::string dir = fs::path(keys.coordinator_key()).parent_path().string();
-  const auto [coordinator, endpoint] = start_fed_coordinator(keys, dir);
-  std::vector<std::string> argv = a.emulator;
+  const auto [coordinator, endpoint] = start_fed_coordinator(keys, dir, a.job_rounds);
+  std::string maps;
+  std::vector<std::string> argv = emulator_prefix(a, dir, &maps);
   argv.insert(argv.end(), {a.cleaved, "--name", "job", "--backend", "cpu", "--threads", "1", "--coordinator", endpoint,
                            "--key", dir + "/job.key", "--coordinator-key", dir + "/coordinator.pub", "--max-jobs", "1",
-                           "--dataset", "fashion-mnist", "--shard", "0/1", "--limit-train", "6000"});
+                           "--dataset", "fashion-mnist", "--shard", "0/1", "--limit-train",
+                           std::to_string(a.job_limit_train)});
   const pid_t pid = cleave::spawn(argv, dir + "/job.log");
   Sample peak;
   const auto end = Clock::now() + std::chrono::minutes(10);
+  const auto every = std::chrono::milliseconds(maps.empty() ? 20 : 250);
   bool exited = false;
   for (int status = 0; !exited && Clock::now() < end;) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    std::this_thread::sleep_for(every);
     if ((exited = waitpid(pid, &status, WNOHANG) == pid)) break;
-    Sample now = sample(pid);
-    if (now.status["VmRSS"] >= peak.status["VmRSS"]) {
-      const double hwm = std::max(now.status["VmHWM"], peak.status["VmHWM"]);
-      peak = now;
-      peak.status["VmHWM"] = hwm;
+    Sample now;
+    try {
+      now = sample(pid, maps);
+    } catch (const std::exception&) {
+      if ((exited = waitpid(pid, &status, WNOHANG) == pid)) break;  // it ended while we asked
+      throw;
     }
+    const double hwm = std::max(now.status["VmHWM"], peak.status["VmHWM"]);
+    const double pages = std::max(now.status["Pages"], peak.status["Pages"]);
+    if (now.status["VmRSS"] >= peak.status["VmRSS"]) peak = now;
+    peak.status["VmHWM"] = hwm;
+    peak.status["Pages"] = pages;
   }
   if (!exited) cleave::terminate(pid);
   cleave::terminate(coordinator);
+  if (!exited) throw std::runtime_error("the daemon's job ran past 10 minutes:\n" + read_all(dir + "/job.log"));
   if (peak.status["VmRSS"] <= 0) throw std::runtime_error("the daemon's job left no sample:\n" + read_all(dir + "/job.log"));
   return peak;
 }
@@ -349,8 +399,9 @@ Args parse(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--help" || arg == "-h") {
-      std::cout << "usage: bench_idle_rss [--cleaved PATH] [--emulator PATH] [--setups A,B,...] [--app PATH] [--lib PATH] "
-                   "[--app-samples N] [--runs N] [--settle SECONDS] [--json PATH]\n";
+      std::cout << "usage: bench_idle_rss [--cleaved PATH] [--emulator PATH [--guest-maps LIB]] [--setups A,B,...] "
+                   "[--app PATH] [--lib PATH] [--app-samples N] [--runs N] [--settle SECONDS] [--job-rounds N] "
+                   "[--job-limit-train N] [--json PATH]\n";
       std::exit(0);
     }
     if (i + 1 >= argc) throw std::invalid_argument(arg + " needs a value");
@@ -363,10 +414,17 @@ Args parse(int argc, char** argv) {
     else if (arg == "--settle") a.settle = cleave::bench::parse_positive_arg(arg, v);
     else if (arg == "--json") a.json = v;
     else if (arg == "--emulator") a.emulator = {v};
+    else if (arg == "--guest-maps") a.guest_maps = v;
+    else if (arg == "--job-rounds") a.job_rounds = static_cast<int>(cleave::bench::parse_int_arg(arg, v, 1));
+    else if (arg == "--job-limit-train") a.job_limit_train = cleave::bench::parse_int_arg(arg, v, 32);
     else if (arg == "--setups") a.setups = split_list(v);
     else throw std::invalid_argument("unknown argument '" + arg + "'");
   }
   if (!fs::exists(a.cleaved)) throw std::invalid_argument("--cleaved " + a.cleaved + ": no such file");
+  if (!a.guest_maps.empty() && a.emulator.empty())
+    throw std::invalid_argument("--guest-maps counts an emulated daemon's pages: give --emulator too");
+  if (!a.guest_maps.empty() && !fs::exists(a.guest_maps))
+    throw std::invalid_argument("--guest-maps " + a.guest_maps + ": no such file");
   return a;
 }
 
@@ -399,14 +457,20 @@ int main(int argc, char** argv) {
     nlohmann::json report = {{"benchmark", "idle_rss"},
                              {"cleaved", fs::absolute(a.cleaved).string()},
                              {"emulator", a.emulator.empty() ? nlohmann::json() : nlohmann::json(a.emulator[0])},
+                             {"guest_pages_counted", !a.guest_maps.empty()},
+                             {"job_rounds", a.job_rounds},
+                             {"job_limit_train", a.job_limit_train},
                              {"runs", a.runs},
                              {"settle_seconds", a.settle},
                              {"app_samples", a.app_samples},
                              {"target_vmrss_bytes", kTargetMiB * kKiB * kKiB},
                              {"machine", machine(load_average())},
                              {"setups", nlohmann::json::array()}};
-    std::printf("%-17s %5s %10s %10s %10s %10s %10s %8s %9s %7s\n", "setup", "runs", "VmRSS MiB", "added MiB",
-                "anon MiB", "file MiB", "HWM MiB", "threads", "GPU libs", "target");
+    // Emulated with --guest-maps, the guest's own pages are the daemon's memory; else VmRSS is.
+    const bool guest = !a.guest_maps.empty();
+    std::printf("%-17s %5s %10s %10s %10s %10s %10s %10s %8s %9s %7s\n", "setup", "runs", "VmRSS MiB",
+                guest ? "guest MiB" : "pages MiB", "added MiB", "anon MiB", "file MiB", "HWM MiB", "threads", "GPU libs",
+                "target");
     for (const std::string& setup : a.setups) {
       const bool sdk = setup.starts_with("sdk-"), job = setup.ends_with("job-1t");
       if (job && !have_fashion_mnist()) {
@@ -426,25 +490,35 @@ int main(int argc, char** argv) {
       nlohmann::json median;
       for (const auto& [k, v] : values) median[k] = cleave::bench::median(v);
       const double rss_mib = median.value("VmRSS", 0.0) / kKiB, added_mib = median.value("Added", 0.0) / kKiB;
+      const double pages_mib = median.value("Pages", 0.0) / kKiB, daemon_mib = guest ? pages_mib : rss_mib;
+      const char* anon = guest ? "PagesAnon" : "RssAnon";
+      const char* file = guest ? "PagesFile" : "RssFile";
       // A daemon's target is its whole VmRSS; an SDK client's, what it adds to its app while idle.
       const bool has_target = !job;
-      const bool meets = (sdk ? added_mib : rss_mib) <= kTargetMiB;
+      const bool meets = (sdk ? added_mib : daemon_mib) <= kTargetMiB;
       char added[16] = "-";
       if (sdk) std::snprintf(added, sizeof added, "%.1f", added_mib);
-      std::printf("%-17s %5d %10.1f %10s %10.1f %10.1f %10.1f %8.0f %9.0f %7s\n", setup.c_str(), a.runs, rss_mib, added,
-                  median.value("RssAnon", 0.0) / kKiB, median.value("RssFile", 0.0) / kKiB,
+      char pages[16] = "-";
+      if (!sdk) std::snprintf(pages, sizeof pages, "%.1f", pages_mib);
+      std::printf("%-17s %5d %10.1f %10s %10s %10.1f %10.1f %10.1f %8.0f %9.0f %7s\n", setup.c_str(), a.runs, rss_mib,
+                  pages, added, median.value(anon, 0.0) / kKiB, median.value(file, 0.0) / kKiB,
                   median.value("VmHWM", 0.0) / kKiB, median.value("Threads", 0.0),
                   median.value("gpu_libraries", 0.0), has_target ? (meets ? "met" : "MISSED") : "-");
       report["setups"].push_back({{"setup", setup},
                                   {"median_kib", median},
                                   {"vmrss_mib", rss_mib},
+                                  {guest ? "guest_pages_mib" : "pages_mib", sdk ? nlohmann::json() : nlohmann::json(pages_mib)},
                                   {"added_to_app_mib", sdk ? nlohmann::json(added_mib) : nlohmann::json()},
                                   {"meets_target", has_target ? nlohmann::json(meets) : nlohmann::json()},
                                   {"largest_mappings_last_run", last.top},
                                   {"each_run", runs}});
     }
     report["machine"]["load_average_end"] = load_average();
-    std::printf("target: VmRSS (a daemon) or added (an idle SDK client) <= %.0f MiB; load average %.2f -> %.2f; JSON: %s\n", kTargetMiB,
+    if (guest)
+      std::printf("emulated: 'guest' is the guest's own present pages (its maps as qemu shows them to it), anon/file "
+                  "split likewise; VmRSS is qemu's whole process\n");
+    std::printf("target: %s (a daemon) or added (an idle SDK client) <= %.0f MiB; load average %.2f -> %.2f; JSON: %s\n",
+                guest ? "guest pages" : "VmRSS", kTargetMiB,
                 report["machine"]["load_average_start"].get<double>(), load_average(), a.json.c_str());
     cleave::write_json_file(a.json, report);
   } catch (const std::exception& e) {
