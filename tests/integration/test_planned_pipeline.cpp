@@ -70,6 +70,17 @@ TEST_CASE("the planner places stages within memory and bandwidth limits", "[inte
   const auto& pred = out["prediction"];
   REQUIRE(pred["batch_seconds"].get<double>() > 0);
   REQUIRE(pred["measured_batch_seconds"].get<double>() > 0);
+  // Each planned stage's compute sits beside what its daemon was busy computing.
+  REQUIRE(pred["stages"].size() == stages.size());
+  for (size_t s = 0; s < stages.size(); ++s) {
+    const auto& st = pred["stages"][s];
+    INFO(st.dump());
+    CHECK(st["stage"] == s);
+    CHECK(st["compute_seconds"].get<double>() == Approx(stages[s]["compute_seconds"].get<double>()));
+    CHECK(st["measured_compute_seconds"].get<double>() > 0);
+    CHECK(st["measured_over_predicted"].get<double>() ==
+          Approx(st["measured_compute_seconds"].get<double>() / st["compute_seconds"].get<double>()));
+  }
   WARN("planned " << stages.size() << " stage(s); predicted " << pred["batch_seconds"].get<double>()
                   << " s/batch, measured " << pred["measured_batch_seconds"].get<double>() << " s/batch (ratio "
                   << pred["measured_over_predicted"].get<double>() << ")");

@@ -554,10 +554,27 @@ nlohmann::json Driver::prediction() const {
     std::nth_element(gaps.begin(), gaps.begin() + static_cast<std::ptrdiff_t>(gaps.size() / 2), gaps.end());
     measured = gaps[gaps.size() / 2];
   }
+  // Each stage's compute (forward, backward, B, W, optimizer) per batch: the
+  // plan's against the daemons' busy time over the steps run. It tells a wrong
+  // layer profile apart from a wrong bubble.
+  nlohmann::json stages = nlohmann::json::array();
+  const auto& planned = plan_json_.contains("stages") ? plan_json_.at("stages") : nlohmann::json::array();
+  for (size_t s = 0; s < busy_.size() && s < planned.size(); ++s) {
+    double busy = 0;
+    for (const char* k : {"forward", "backward", "B", "W", "optimizer"})
+      busy += json_number(busy_[s].at("busy_seconds"), k, 0.0);
+    const double per_batch = run_steps > 0 ? busy / static_cast<double>(run_steps) : 0.0;
+    const double predicted = json_number(planned[s], "compute_seconds", 0.0);
+    stages.push_back({{"stage", s},
+                      {"compute_seconds", predicted},
+                      {"measured_compute_seconds", per_batch},
+                      {"measured_over_predicted", predicted > 0 ? per_batch / predicted : 0.0}});
+  }
   return {{"batch_seconds", predicted_batch_seconds_},
           {"measured_batch_seconds", measured},
           {"measured_mean_batch_seconds", mean},
-          {"measured_over_predicted", predicted_batch_seconds_ > 0 ? measured / predicted_batch_seconds_ : 0.0}};
+          {"measured_over_predicted", predicted_batch_seconds_ > 0 ? measured / predicted_batch_seconds_ : 0.0},
+          {"stages", stages}};
 }
 
 // ---------------------------------------------------------------------------
