@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "device/backends.h"
+#include "device/cpu/blas_kernels.h"
 #include "device/cpu/cpu_device.h"
 #include "device/device.h"
 #include "device/tensor.h"
@@ -860,4 +861,25 @@ TEST_CASE("adam_step: Adam and AdamW over 3 steps", "[device][optim]") {
       }
     }
   }
+}
+
+// OpenBLAS's kernel choice (device/cpu/blas_kernels.h): advice only where its
+// kernels lack vector units this CPU has.
+TEST_CASE("the daemon's advice on OpenBLAS kernels below the CPU names the core type to start with",
+          "[device][cpu]") {
+  const CpuVectorUnits none{}, avx2{true, false}, avx512{true, true};
+  const std::string on_vm = blas_kernel_advice("Prescott", avx512);
+  INFO(on_vm);
+  CHECK(on_vm.find("Prescott") != std::string::npos);
+  CHECK(on_vm.find("OPENBLAS_CORETYPE=SkylakeX") != std::string::npos);
+  CHECK(blas_kernel_advice("Sandybridge", avx2).find("OPENBLAS_CORETYPE=Haswell") != std::string::npos);
+  CHECK(blas_kernel_advice("core2", avx2).find("OPENBLAS_CORETYPE=Haswell") != std::string::npos);
+  CHECK(blas_kernel_advice("Prescott", none).empty());   // an old CPU gets old kernels: nothing to say
+  CHECK(blas_kernel_advice("Haswell", avx2).empty());
+  CHECK(blas_kernel_advice("Haswell", avx512).empty());  // AVX2 kernels on AVX-512: not several times slower
+  CHECK(blas_kernel_advice("SkylakeX", avx512).empty());
+  CHECK(blas_kernel_advice("Zen", avx2).empty());
+  CHECK(blas_kernel_advice("ARMV8", none).empty());
+  // This process: whatever OpenBLAS chose here, the check runs and does not throw.
+  CHECK_NOTHROW(openblas_kernel_advice());
 }

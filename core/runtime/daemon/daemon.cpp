@@ -15,6 +15,7 @@
 #include "core/runtime/daemon/probe.h"
 #include "core/runtime/daemon/services.h"
 #include "core/runtime/daemon/split_job.h"
+#include "device/cpu/blas_kernels.h"
 #include "transport/endpoint.h"
 #include "transport/keys.h"
 #include "transport/log.h"
@@ -147,6 +148,9 @@ int run_daemon(const DaemonOptions& opts_in, const std::atomic<bool>& stop) {
   if (opts.fed.enabled()) fed = std::make_unique<FedClient>(opts.fed);
   const double gflops = measure_gflops(*device);
   info(opts.name, "device " + device->name() + ", " + std::to_string(static_cast<int>(gflops)) + " GFLOP/s measured");
+  if (device->backend() == Backend::cpu)
+    if (const std::string advice = openblas_kernel_advice(); !advice.empty())
+      log(LogLevel::kWarning, "cleaved " + opts.name + ": " + advice);
 
   ClientOptions copts;
   copts.connect = opts.coordinator;
