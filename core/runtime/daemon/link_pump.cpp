@@ -18,8 +18,8 @@ using namespace std::chrono;
 using transport::FailureKind;
 using transport::TensorMessage;
 
-LinkPump::LinkPump(std::unique_ptr<transport::TensorLink> link, std::string peer, Limits limits)
-    : link_(std::move(link)), peer_(std::move(peer)), limits_(limits) {
+LinkPump::LinkPump(std::unique_ptr<transport::TensorLink> link, std::string peer, Limits limits, std::string log_as)
+    : link_(std::move(link)), peer_(std::move(peer)), limits_(limits), log_as_(std::move(log_as)) {
   if (!link_) throw std::invalid_argument("LinkPump: no link");
   if (limits_.sends < 1 || limits_.received < 1) throw std::invalid_argument("LinkPump: queue limits must be >= 1");
   wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -184,7 +184,7 @@ bool LinkPump::receive_one(std::unique_lock<std::mutex>& lock) {
   }
   if (r.is(FailureKind::kClosed)) fail("the link to " + peer_ + " closed");
   if (r.is(FailureKind::kRejected))
-    transport::log(transport::LogLevel::kWarning, "rejected input from " + peer_ + ": " + r.failure().message);
+    transport::log(transport::LogLevel::kWarning, log_as_ + "rejected input from " + peer_ + ": " + r.failure().message);
   return r.is(FailureKind::kRejected);
 }
 

@@ -41,8 +41,9 @@ class LinkPump {
   };
 
   // Starts the thread. `peer` names the other end in errors and logs
-  // ("the next stage d2 (link zmq tcp://... f32)").
-  LinkPump(std::unique_ptr<transport::TensorLink> link, std::string peer, Limits limits);
+  // ("the next stage d2 (link zmq tcp://... f32)"); `log_as` starts the pump's
+  // log lines ("cleaved d1: ").
+  LinkPump(std::unique_ptr<transport::TensorLink> link, std::string peer, Limits limits, std::string log_as = {});
   // Stops and joins the thread; tensors not yet sent are dropped with the job.
   ~LinkPump();
   LinkPump(const LinkPump&) = delete;
@@ -81,6 +82,7 @@ class LinkPump {
   std::unique_ptr<transport::TensorLink> link_;
   const std::string peer_;
   const Limits limits_;
+  const std::string log_as_;
   mutable std::mutex mutex_;
   std::condition_variable changed_;  // for the stage's thread: queue room, an arrival, a failure
   std::deque<Outgoing> sends_;

@@ -147,11 +147,12 @@ class DaemonIO : public StageIO {
   // wire; the memory model counts the queue (core/planner/memory_model.h).
   void send(LinkPump& link, TensorMessage m) {
     const auto t0 = Clock::now();
-    const std::string what = tensor_of(m.kind, m.step, m.micro_batch);
-    while (!link.try_send(m, Millis(20))) {
+    while (!link.try_send(m, Millis(20))) {  // `m` stays whole until it is queued
       ctx_.channel.drain();
       check_alive();
-      check_deadline(t0, [&] { return "room on the link to " + link.peer() + " for " + what; });
+      check_deadline(t0, [&] {
+        return "room on the link to " + link.peer() + " for " + tensor_of(m.kind, m.step, m.micro_batch);
+      });
     }
   }
 
@@ -274,7 +275,8 @@ class PipelineStage {
     const auto pump = [&](std::unique_ptr<TensorLink> link, bool previous) {
       if (opts.bandwidth_limit > 0) link = throttle_link(std::move(link), opts.bandwidth_limit);
       std::string peer = neighbour(job.assign, previous, *link);
-      return std::make_unique<LinkPump>(std::move(link), std::move(peer), pump_limits(job.microbatches));
+      return std::make_unique<LinkPump>(std::move(link), std::move(peer), pump_limits(job.microbatches),
+                                        "cleaved " + opts.name + ": ");
     };
     if (job.assign.next) {
       ClientOptions lo;
