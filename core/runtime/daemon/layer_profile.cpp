@@ -3,50 +3,123 @@
 
 #include <algorithm>
 #include <chrono>
+#include <memory>
 
 #include "core/model/partition.h"
 #include "core/util/rng.h"
 
 namespace cleave {
 
-std::vector<double> profile_layers(Device& device, const ModelSpec& spec, int64_t samples, int repetitions) {
+namespace {
+
+// A micro-batch of `samples` inputs for layer `i` of `spec`: class indices (bytes
+// of a text) for a token embedding, activations in [-1, 1] for any other layer.
+Tensor profile_input(Device& device, const ModelSpec& spec, int i, int64_t samples, Rng& rng) {
+  Shape xs = spec.shapes[i];
+  xs.insert(xs.begin(), samples);
+  Tensor x(device, xs);
+  std::vector<float> host(static_cast<size_t>(x.numel()));
+  const nlohmann::json& layer = spec.layers[static_cast<size_t>(i)];
+  const int64_t vocabulary = layer.value("type", "") == "embedding" ? layer.value("num_embeddings", int64_t{0}) : 0;
+  for (auto& v : host)
+    v = vocabulary > 0 ? static_cast<float>(std::min<int64_t>(vocabulary - 1, static_cast<int64_t>(rng.uniform(0.f, 1.f) * vocabulary)))
+                       : rng.uniform(-1.f, 1.f);
+  x.from_host(host);
+  return x;
+}
+
+// The output gradient of layer `i` for `samples` samples.
+Tensor profile_gradient(Device& device, const ModelSpec& spec, int i, int64_t samples) {
+  Shape ys = spec.shapes[i + 1];
+  ys.insert(ys.begin(), samples);
+  Tensor dy(device, ys);
+  device.fill(dy, 0.01f);
+  return dy;
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Each layer alone: forward and at once backward on the same input, median of
+// `repetitions`; -1 where the layer does not fit.
+std::vector<double> profile_each_alone(Device& device, const ModelSpec& spec, int64_t samples, int repetitions) {
   std::vector<double> out;
   Rng rng(12345);
   for (int i = 0; i < spec.num_layers(); ++i) {
     try {
       Partition part(device, spec, i, i + 1);
       part.init(1);
-      Shape xs = spec.shapes[i];
-      xs.insert(xs.begin(), samples);
-      Tensor x(device, xs);
-      std::vector<float> host(static_cast<size_t>(x.numel()));
-      // A token embedding reads class indices (bytes of a text); any other layer activations.
-      const nlohmann::json& layer = spec.layers[static_cast<size_t>(i)];
-      const int64_t vocabulary = layer.value("type", "") == "embedding" ? layer.value("num_embeddings", int64_t{0}) : 0;
-      for (auto& v : host)
-        v = vocabulary > 0 ? static_cast<float>(std::min<int64_t>(vocabulary - 1, static_cast<int64_t>(rng.uniform(0.f, 1.f) * vocabulary)))
-                           : rng.uniform(-1.f, 1.f);
-      x.from_host(host);
-      Shape ys = spec.shapes[i + 1];
-      ys.insert(ys.begin(), samples);
-      Tensor dy(device, ys);
-      device.fill(dy, 0.01f);
+      const Tensor x = profile_input(device, spec, i, samples, rng), dy = profile_gradient(device, spec, i, samples);
       std::vector<double> times;
       for (int r = 0; r <= repetitions; ++r) {  // r == 0 warms up
         const auto t0 = std::chrono::steady_clock::now();
         part.forward(x, 0, /*training=*/true, 1);
         part.backward(dy, 0, /*need_dx=*/true);
         device.synchronize();
-        const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        if (r > 0) times.push_back(s);
+        if (r > 0) times.push_back(seconds_since(t0));
       }
-      std::sort(times.begin(), times.end());
-      out.push_back(times[times.size() / 2] / static_cast<double>(samples));
+      out.push_back(median(times) / static_cast<double>(samples));
     } catch (const OutOfMemory&) {
       out.push_back(-1);
     }
   }
   return out;
+}
+
+// The whole model as training runs it: one micro-batch forward through every
+// layer, then backward through them in reverse, each layer's calls timed; the
+// median over `repetitions` per layer. Empty when the model does not fit.
+std::vector<double> profile_in_chain(Device& device, const ModelSpec& spec, int64_t samples, int repetitions) {
+  const int n = spec.num_layers();
+  try {
+    std::vector<std::unique_ptr<Partition>> parts;
+    for (int i = 0; i < n; ++i) {
+      parts.push_back(std::make_unique<Partition>(device, spec, i, i + 1));
+      parts.back()->init(1);
+    }
+    Rng rng(12345);
+    const Tensor x = profile_input(device, spec, 0, samples, rng), dy = profile_gradient(device, spec, n - 1, samples);
+    std::vector<std::vector<double>> times(static_cast<size_t>(n));
+    for (int r = 0; r <= repetitions; ++r) {  // r == 0 warms up
+      std::vector<double> t(static_cast<size_t>(n), 0.0);
+      Tensor h = x;
+      for (int i = 0; i < n; ++i) {
+        const auto t0 = std::chrono::steady_clock::now();
+        h = parts[static_cast<size_t>(i)]->forward(h, 0, /*training=*/true, 1);
+        device.synchronize();
+        t[static_cast<size_t>(i)] += seconds_since(t0);
+      }
+      Tensor g = dy;
+      for (int i = n - 1; i >= 0; --i) {
+        const auto t0 = std::chrono::steady_clock::now();
+        g = parts[static_cast<size_t>(i)]->backward(g, 0, /*need_dx=*/true);
+        device.synchronize();
+        t[static_cast<size_t>(i)] += seconds_since(t0);
+      }
+      if (r > 0)
+        for (int i = 0; i < n; ++i) times[static_cast<size_t>(i)].push_back(t[static_cast<size_t>(i)]);
+    }
+    std::vector<double> out;
+    for (auto& v : times) out.push_back(median(v) / static_cast<double>(samples));
+    return out;
+  } catch (const OutOfMemory&) {
+    return {};
+  }
+}
+
+}  // namespace
+
+std::vector<double> profile_layers(Device& device, const ModelSpec& spec, int64_t samples, int repetitions) {
+  std::vector<double> chain = profile_in_chain(device, spec, samples, repetitions);
+  if (!chain.empty()) return chain;
+  device.release_cached_memory();
+  return profile_each_alone(device, spec, samples, repetitions);
 }
 
 double profile_update(Device& device, const OptimizerConfig& optimizer, int64_t params, int repetitions) {
