@@ -398,7 +398,14 @@ Row run_pipeline(const BenchOptions& o, const ModelInfo& m, const std::string& t
     row.train_seconds = r.at("train_seconds").get<double>();
     row.plan = r.at("plan");
     if (r.contains("stages")) row.stage_memory = r.at("stages");
-    if (r.contains("prediction")) row.prediction = r.at("prediction");
+    if (r.contains("prediction")) {
+      row.prediction = r.at("prediction");
+      // How much slower each daemon computed beside the others (measured while profiling; absent: not measured).
+      json contention = json::array();
+      for (const auto& d : r.value("cluster_profile", json::object()).value("devices", json::array()))
+        contention.push_back(d.value("host_contention", json()));
+      row.prediction["host_contention"] = contention;
+    }
     take_stage_busy(row, r);
     row.load1 = load_average();
     return row;
@@ -653,11 +660,18 @@ void print_rows(const std::vector<Row>& rows) {
         std::snprintf(v, sizeof v, "%s%.2f", stages.empty() ? "" : "/", st.value("measured_over_predicted", 0.0));
         stages += v;
       }
+      std::string contention;
+      for (const auto& c : r.prediction.value("host_contention", json::array())) {
+        char v[16];
+        std::snprintf(v, sizeof v, "%s%.2f", contention.empty() ? "" : "/", c.is_number() ? c.get<double>() : 0.0);
+        contention += c.is_number() ? v : (contention.empty() ? "-" : "/-");
+      }
       std::printf("%-8s %-20s planner: %zu stage(s), predicted %.1f ms/batch, measured %.1f ms/batch "
-                  "(measured/predicted %.2f; stage compute %s)\n",
+                  "(measured/predicted %.2f; stage compute %s; host contention %s)\n",
                   r.model.c_str(), r.setup.c_str(), r.plan.size(), 1000 * r.prediction.value("batch_seconds", 0.0),
                   1000 * r.prediction.value("measured_batch_seconds", 0.0),
-                  r.prediction.value("measured_over_predicted", 0.0), stages.empty() ? "-" : stages.c_str());
+                  r.prediction.value("measured_over_predicted", 0.0), stages.empty() ? "-" : stages.c_str(),
+                  contention.empty() ? "-" : contention.c_str());
     }
   print_memory(rows);
   std::fflush(stdout);

@@ -141,7 +141,7 @@ Cluster parse_cluster(const json& doc, const std::string& source) {
     dev.name = d["name"].get<std::string>();
     where += " ('" + dev.name + "')";
     check_fields(d, {"name", "memory", "gflops", "layer_seconds", "layer_microbatch_seconds", "update_seconds_per_param", "host", "host_cores",
-                     "cpu_threads", "backend", "address", "description"}, source, where);
+                     "cpu_threads", "host_contention", "backend", "address", "description"}, source, where);
     if (c.index_of(dev.name) >= 0) throw file_error(source, where + ": duplicate device name '" + dev.name + "'");
     if (!d.contains("memory")) throw file_error(source, where + ": missing field 'memory'");
     try {
@@ -166,8 +166,14 @@ Cluster parse_cluster(const json& doc, const std::string& source) {
       dev.cpu_threads = get_number(d, "cpu_threads", source, where, true, 0);
       if (!(dev.host_cores > 0) || !std::isfinite(dev.host_cores) || !(dev.cpu_threads >= 0) || !std::isfinite(dev.cpu_threads))
         throw file_error(source, where + ": host_cores must be > 0 and cpu_threads >= 0");
-    } else if (d.contains("host_cores") || d.contains("cpu_threads")) {
-      throw file_error(source, where + ": host_cores and cpu_threads need \"host\" (the machine's name)");
+      if (d.contains("host_contention")) {
+        dev.host_contention = get_number(d, "host_contention", source, where, true, 0);
+        if (!(*dev.host_contention > 0) || !std::isfinite(*dev.host_contention))
+          throw file_error(source, where + ": host_contention must be > 0 (how much slower the device computes beside "
+                                           "the others on its host, 1: not at all)");
+      }
+    } else if (d.contains("host_cores") || d.contains("cpu_threads") || d.contains("host_contention")) {
+      throw file_error(source, where + ": host_cores, cpu_threads and host_contention need \"host\" (the machine's name)");
     }
     if (d.contains("backend")) {
       const json& b = d["backend"];
@@ -244,6 +250,7 @@ json cluster_to_json(const Cluster& c) {
       j["host"] = d.host;
       j["host_cores"] = d.host_cores;
       j["cpu_threads"] = d.cpu_threads;
+      if (d.host_contention) j["host_contention"] = *d.host_contention;
     }
     devices.push_back(std::move(j));
   }

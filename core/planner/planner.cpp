@@ -280,11 +280,15 @@ Plan plan_shared_hosts(const ModelProfile& model, const Cluster& cluster, const 
     h.threads += d.cpu_threads;
     h.cores = std::max(h.cores, d.host_cores);
   }
+  // More threads than cores share the cores out; devices that fit the cores
+  // still slow each other down by their measured host_contention.
   auto slowdown = [&](const DeviceProfile& d, int p) {
     auto it = hosts.find(d.host);
     if (d.host.empty() || d.cpu_threads <= 0 || it == hosts.end()) return 1.0;
     const Host& h = it->second;
-    return std::max(1.0, std::min(p, h.devices) * (h.threads / h.devices) / h.cores);
+    const int sharing = std::min(p, h.devices);
+    const double contention = sharing >= 2 ? std::max(1.0, d.host_contention.value_or(1.0)) : 1.0;
+    return std::max({1.0, sharing * (h.threads / h.devices) / h.cores, contention});
   };
   const int most = options.max_stages > 0 ? std::min(options.max_stages, cluster.num_devices()) : cluster.num_devices();
   bool contention = false;

@@ -110,6 +110,13 @@ struct DeviceProfile {
   std::string host{};
   double host_cores = 0;
   double cpu_threads = 0;
+  // How much slower this device computes while the other devices of its host
+  // compute too, beyond what their thread counts explain (memory bandwidth,
+  // shared caches): its layers timed all together over timed alone (live
+  // profiles, when the host's threads fit its cores; noise can put it a little
+  // below 1). The planner slows the device by max(1, it) in plans that use
+  // two or more devices of the host. Absent: not measured.
+  std::optional<double> host_contention{};
   // The device's backend, when known: the memory model then counts the
   // temporaries that backend's ops take; unknown, the largest of any backend.
   std::optional<Backend> backend{};

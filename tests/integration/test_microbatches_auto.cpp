@@ -44,10 +44,22 @@ TEST_CASE("a pipeline trains with the micro-batch count the planner chose", "[in
   CHECK(plan.at("microbatches_auto") == true);
   CHECK(plan.at("microbatch_size") == (32 + m - 1) / m);
   // Each device was timed at two micro-batch sizes: a fixed time per micro-batch per layer.
-  for (const auto& d : out.at("cluster_profile").at("devices")) {
+  // The two one-thread daemons share this machine: where its cores hold both,
+  // they were also timed side by side (host_contention).
+  const auto& devices = out.at("cluster_profile").at("devices");
+  REQUIRE(devices.size() == 2);
+  const bool both_fit = devices[0].at("host") == devices[1].at("host") &&
+                        devices[0].at("cpu_threads").get<double>() + devices[1].at("cpu_threads").get<double>() <=
+                            devices[0].at("host_cores").get<double>();
+  for (const auto& d : devices) {
     INFO(d.dump());
     REQUIRE(d.contains("layer_microbatch_seconds"));
     CHECK(d.at("layer_microbatch_seconds").size() == d.at("layer_seconds").size());
+    CHECK(d.contains("host_contention") == both_fit);
+    if (both_fit) {
+      CHECK(d.at("host_contention").get<double>() > 0.5);
+      CHECK(d.at("host_contention").get<double>() < 5);
+    }
   }
   // It trained: every step reported a finite loss.
   const auto& losses = out.at("losses");

@@ -155,6 +155,20 @@ TEST_CASE("devices file: optimizer update time and shared machines", "[planner][
   CHECK_THROWS_WITH(parse_cluster(json::parse(R"({"devices": [{"name": "a", "memory": "1G", "gflops": 1, "update_seconds_per_param": -1}]})"),
                                   "devs.json"),
                     Catch::Contains("update_seconds_per_param"));
+  // A measured contention between the host's devices comes back; below 1 or without a host it is an error.
+  Cluster contended = c;
+  contended.devices[0].host_contention = 1.3;
+  const Cluster again = parse_cluster(cluster_to_json(contended), "devs.json");
+  CHECK(again.devices[0].host_contention == 1.3);
+  CHECK_FALSE(again.devices[1].host_contention);
+  CHECK_FALSE(c.devices[0].host_contention);
+  CHECK_FALSE(cluster_to_json(c)["devices"][0].contains("host_contention"));
+  CHECK_THROWS_WITH(parse_cluster(json::parse(R"({"devices": [{"name": "a", "memory": "1G", "gflops": 1, "host": "x", "host_cores": 2, "cpu_threads": 1, "host_contention": 0}]})"),
+                                  "devs.json"),
+                    Catch::Contains("host_contention must be > 0"));
+  CHECK_THROWS_WITH(parse_cluster(json::parse(R"({"devices": [{"name": "a", "memory": "1G", "gflops": 1, "host_contention": 1.2}]})"),
+                                  "devs.json"),
+                    Catch::Contains("need \"host\""));
 }
 
 TEST_CASE("devices file: a device's backend, and the encodings' aliases", "[planner][devices_file]") {

@@ -486,3 +486,37 @@ TEST_CASE("devices sharing a machine's cores are planned with their contention",
   c.devices[2].host = "third";
   CHECK(plan_shared_hosts(m, c, PlanOptions{}).stages.size() == 3);
 }
+
+TEST_CASE("devices that fit their machine's cores still slow each other down by their measured contention",
+          "[planner]") {
+  const ModelProfile m = test::uniform_model(12);
+  Cluster c = equal_devices(2);
+  for (auto& d : c.devices) {
+    d.host = "box";
+    d.host_cores = 2;
+    d.cpu_threads = 1;
+  }
+  PlanOptions o;
+  o.microbatches = 8;
+  const Plan free_cores = plan_shared_hosts(m, c, o);
+  REQUIRE(free_cores.stages.size() == 2);
+  CHECK(free_cores.shared_host_slowdown == 1.0);
+  // Measured 1.25x slower side by side: two stages still win, predicted that much slower.
+  for (auto& d : c.devices) d.host_contention = 1.25;
+  const Plan contended = plan_shared_hosts(m, c, o);
+  REQUIRE(contended.stages.size() == 2);
+  CHECK(contended.shared_host_slowdown == Approx(1.25));
+  CHECK(contended.batch_seconds == Approx(1.25 * free_cores.batch_seconds));
+  // Noise below 1 counts as none.
+  for (auto& d : c.devices) d.host_contention = 0.97;
+  CHECK(plan_shared_hosts(m, c, o).shared_host_slowdown == 1.0);
+  // 2.5x: one device alone is faster than two that slow each other down so much.
+  for (auto& d : c.devices) d.host_contention = 2.5;
+  const Plan alone = plan_shared_hosts(m, c, o);
+  CHECK(alone.stages.size() == 1);
+  CHECK(alone.shared_host_slowdown == 1.0);
+  // Contention between devices of different machines means nothing.
+  c.devices[1].host = "other";
+  CHECK(plan_shared_hosts(m, c, o).stages.size() == 2);
+  CHECK(plan_shared_hosts(m, c, o).shared_host_slowdown == 1.0);
+}

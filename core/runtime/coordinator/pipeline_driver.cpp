@@ -682,18 +682,38 @@ void Driver::accept_metrics(const std::string& peer, const MetricsMsg& mm) {
 Received Driver::request(const std::string& peer, Message m, const char* what, Millis timeout) {
   m.request_id = session_->next_request_id();
   send(peer, m);
-  awaiting_ = {peer, m.request_id};
+  awaiting_ = {{peer, m.request_id}};
   Received r = wait_for_reply(peer, m.request_id, what, timeout);
-  awaiting_ = {};
+  awaiting_.clear();
   return r;
+}
+
+std::vector<Received> Driver::request_all(const std::vector<std::string>& peers, const Message& m, const char* what,
+                                          Millis timeout) {
+  awaiting_.clear();
+  for (const std::string& peer : peers) {
+    Message each = m;
+    each.request_id = session_->next_request_id();
+    send(peer, each);
+    awaiting_[peer] = each.request_id;
+  }
+  // The replies come in any order: keep_reply holds each until its turn here.
+  const auto t0 = Clock::now();
+  std::vector<Received> out;
+  for (const std::string& peer : peers) {
+    const auto left = std::max(Millis(1), timeout - std::chrono::duration_cast<Millis>(Clock::now() - t0));
+    out.push_back(wait_for_reply(peer, awaiting_.at(peer), what, left));
+  }
+  awaiting_.clear();
+  return out;
 }
 
 Received Driver::wait_for_reply(const std::string& peer, uint64_t request_id, const char* what, Millis timeout) {
   const auto t0 = Clock::now();
   while (Clock::now() - t0 < timeout) {
-    if (reply_ && reply_->peer == peer) {
-      Received r = std::move(*reply_);
-      reply_.reset();
+    if (auto it = replies_.find(peer); it != replies_.end()) {
+      Received r = std::move(it->second);
+      replies_.erase(it);
       return r;
     }
     auto got = receive(Millis(100));
@@ -724,8 +744,9 @@ void Driver::keep_reply(Received&& r) {
   const auto* a = std::get_if<AckMsg>(&r.message.body);
   if (!a && !std::holds_alternative<WeightsMsg>(r.message.body)) return;
   const uint64_t id = a ? a->request_id : r.message.request_id;
-  if (r.peer == awaiting_.first && id == awaiting_.second && id != 0) {
-    reply_ = std::move(r);
+  if (auto it = awaiting_.find(r.peer); it != awaiting_.end() && id == it->second && id != 0) {
+    const std::string peer = r.peer;
+    replies_.insert_or_assign(peer, std::move(r));
     return;
   }
   session_->pool().refuse(r.peer, "unexpected_reply",

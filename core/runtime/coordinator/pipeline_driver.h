@@ -111,6 +111,8 @@ class Driver {
   Cluster profile_cluster();
   // One device's per-sample layer times at micro-batches of `samples`; its reply in `detail`.
   std::vector<double> layer_times(const StageDevice& d, int64_t samples, nlohmann::json& detail);
+  std::vector<double> layer_times_of(const transport::Received& r, nlohmann::json& detail);
+  void measure_host_contention(Cluster& cluster, int64_t samples, const std::vector<std::vector<double>>& alone);
   // Round-trip probes to `peer`: (one-way latency ms, bandwidth Mbit/s).
   std::pair<double, double> probe_link(const std::string& peer);
 
@@ -123,6 +125,10 @@ class Driver {
   [[noreturn]] static void fail(const std::string& text);
   transport::Received request(const std::string& peer, transport::Message m, const char* what,
                               transport::Millis timeout);
+  // `m` to every one of `peers` at once (each its own request id), then their
+  // replies in the order of `peers`.
+  std::vector<transport::Received> request_all(const std::vector<std::string>& peers, const transport::Message& m,
+                                               const char* what, transport::Millis timeout);
   transport::Received wait_for_reply(const std::string& peer, uint64_t request_id, const char* what,
                                      transport::Millis timeout);
   nlohmann::json ack_detail(const transport::Received& r);
@@ -209,8 +215,8 @@ class Driver {
   bool in_epoch_ = false;
 
   uint64_t probe_seq_ = 0;
-  std::pair<std::string, uint64_t> awaiting_;    // the request in flight: (peer, request id)
-  std::optional<transport::Received> reply_;     // its reply, once it arrived
+  std::map<std::string, uint64_t> awaiting_;           // the requests in flight: peer -> request id
+  std::map<std::string, transport::Received> replies_;  // their replies, once they arrived
 };
 
 }  // namespace cleave::pipeline_detail

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <map>
 #include <tuple>
 
 #include "core/io/untrusted_json.h"
@@ -69,8 +70,12 @@ std::pair<double, double> Driver::probe_link(const std::string& peer) {
 std::vector<double> Driver::layer_times(const StageDevice& d, int64_t samples, nlohmann::json& detail) {
   const Received r = request(d.name, command_message(ProfileCmd{spec_.to_json().dump(), samples, to_wire(cfg_.optimizer)}),
                              "the profiling request", Millis(120000));
+  return layer_times_of(r, detail);
+}
+
+std::vector<double> Driver::layer_times_of(const Received& r, nlohmann::json& detail) {
   detail = ack_detail(r);
-  return reading(d.name, "the profiling request", [&] {
+  return reading(r.peer, "the profiling request", [&] {
     std::vector<double> secs = detail.at("layer_seconds_per_sample").get<std::vector<double>>();
     if (static_cast<int>(secs.size()) != spec_.num_layers())
       throw std::invalid_argument("\"layer_seconds_per_sample\" has " + std::to_string(secs.size()) +
@@ -79,6 +84,46 @@ std::vector<double> Driver::layer_times(const StageDevice& d, int64_t samples, n
       if (!(v >= 0) || !std::isfinite(v)) v = -1;  // the layer does not fit this device on its own
     return secs;
   });
+}
+
+// Devices that share a machine compute at once in training, and slow each
+// other down beyond their thread counts (memory bandwidth, shared caches, a
+// hypervisor's idea of a core): each such group, when it does not ask for more
+// threads than the machine has cores (plan_shared_hosts counts that case), times
+// its layers once more all together. A device's `host_contention` is its
+// summed layer time together over alone.
+void Driver::measure_host_contention(Cluster& cluster, int64_t samples, const std::vector<std::vector<double>>& alone) {
+  std::map<std::string, std::vector<size_t>> hosts;
+  for (size_t i = 0; i < cluster.devices.size(); ++i)
+    if (!cluster.devices[i].host.empty() && cluster.devices[i].cpu_threads > 0) hosts[cluster.devices[i].host].push_back(i);
+  for (const auto& [host, members] : hosts) {
+    double threads = 0, cores = 0;
+    std::vector<std::string> names;
+    for (size_t i : members) {
+      threads += cluster.devices[i].cpu_threads;
+      cores = std::max(cores, cluster.devices[i].host_cores);
+      names.push_back(cluster.devices[i].name);
+    }
+    if (members.size() < 2 || threads > cores) continue;
+    const Message m = command_message(ProfileCmd{spec_.to_json().dump(), samples, to_wire(cfg_.optimizer)});
+    const std::vector<Received> replies = request_all(names, m, "the profiling request", Millis(120000));
+    for (size_t k = 0; k < members.size(); ++k) {
+      nlohmann::json detail;
+      const std::vector<double> together = layer_times_of(replies[k], detail);
+      double sum_alone = 0, sum_together = 0;
+      for (size_t l = 0; l < together.size() && l < alone[members[k]].size(); ++l)
+        if (together[l] >= 0 && alone[members[k]][l] >= 0) {
+          sum_alone += alone[members[k]][l];
+          sum_together += together[l];
+        }
+      DeviceProfile& dp = cluster.devices[members[k]];
+      if (sum_alone <= 0) continue;
+      dp.host_contention = sum_together / sum_alone;
+      if (cfg_.progress)
+        std::fprintf(stderr, "cleave: %s computes at %.2fx its time alone beside the other %zu device(s) on %s\n",
+                     dp.name.c_str(), *dp.host_contention, members.size() - 1, host.c_str());
+    }
+  }
 }
 
 Cluster Driver::profile_cluster() {
@@ -96,8 +141,10 @@ Cluster Driver::profile_cluster() {
   const int64_t small = std::max<int64_t>(1, large / 16);
   const bool two_sizes = (choosing || opts_.profile_only) && large > 1;
   std::vector<double> caps(devices_.size(), 0);  // declared --bandwidth-limit of each, Mbit/s (0: none)
+  std::vector<std::vector<double>> alone;        // each device's layer times at `large`, timed alone
   // One device at a time, so that devices sharing a machine do not slow each
-  // other's measurements down.
+  // other's measurements down; how much they do is measured after
+  // (measure_host_contention).
   for (size_t i = 0; i < devices_.size(); ++i) {
     const StageDevice& d = devices_[i];
     nlohmann::json detail;
@@ -106,6 +153,7 @@ Cluster Driver::profile_cluster() {
     dp.memory_bytes = static_cast<int64_t>(d.reg.memory_free);
     dp.gflops = d.reg.compute_gflops;
     std::vector<double> secs = layer_times(d, large, detail);
+    std::vector<double> at_large = secs;
     if (two_sizes) {
       nlohmann::json small_detail;
       LayerTimeFit fit = fit_layer_times(small, layer_times(d, small, small_detail), large, secs);
@@ -128,8 +176,10 @@ Cluster Driver::profile_cluster() {
       dp.cpu_threads = json_number(d.details, "cpu_threads", 0.0);
     }
     cluster.devices.push_back(dp);
+    alone.push_back(std::move(at_large));
     if (cfg_.progress) std::fprintf(stderr, "cleave: profiled %s\n", d.name.c_str());
   }
+  measure_host_contention(cluster, large, alone);
   if (!opts_.insecure) {
     // Every pair of daemons measures the link between them, each direction
     // through its sender's --bandwidth-limit (link_probe.h).
