@@ -112,7 +112,7 @@ class Driver {
   // One device's per-sample layer times at micro-batches of `samples`; its reply in `detail`.
   std::vector<double> layer_times(const StageDevice& d, int64_t samples, nlohmann::json& detail);
   std::vector<double> layer_times_of(const transport::Received& r, nlohmann::json& detail);
-  void measure_host_contention(Cluster& cluster, int64_t samples, const std::vector<std::vector<double>>& alone);
+  void measure_host_contention(Cluster& cluster, int64_t samples);
   // Round-trip probes to `peer`: (one-way latency ms, bandwidth Mbit/s).
   std::pair<double, double> probe_link(const std::string& peer);
 

@@ -88,14 +88,24 @@ std::vector<double> Driver::layer_times_of(const Received& r, nlohmann::json& de
 
 // Devices that share a machine compute at once in training, and slow each
 // other down beyond their thread counts (memory bandwidth, shared caches, a
-// hypervisor's idea of a core): each such group, when it does not ask for more
-// threads than the machine has cores (plan_shared_hosts counts that case), times
-// its layers once more all together. A device's `host_contention` is its
-// summed layer time together over alone.
-void Driver::measure_host_contention(Cluster& cluster, int64_t samples, const std::vector<std::vector<double>>& alone) {
+// hypervisor's idea of a core). Each such group, when it does not ask for more
+// threads than the machine has cores (plan_shared_hosts counts that case),
+// times its layers in rounds: each device alone, then all together. A device's
+// `host_contention` is the median over the rounds of its summed layer time
+// together over alone in the same round, so that the machine's own changes of
+// speed (other tenants of a VM's host) between the two mostly cancel.
+void Driver::measure_host_contention(Cluster& cluster, int64_t samples) {
+  constexpr int kRounds = 3;
   std::map<std::string, std::vector<size_t>> hosts;
   for (size_t i = 0; i < cluster.devices.size(); ++i)
     if (!cluster.devices[i].host.empty() && cluster.devices[i].cpu_threads > 0) hosts[cluster.devices[i].host].push_back(i);
+  const Message m = command_message(ProfileCmd{spec_.to_json().dump(), samples, to_wire(cfg_.optimizer)});
+  auto total = [](const std::vector<double>& a, const std::vector<double>& b) {  // a's time where both fit
+    double sum = 0;
+    for (size_t l = 0; l < a.size() && l < b.size(); ++l)
+      if (a[l] >= 0 && b[l] >= 0) sum += a[l];
+    return sum;
+  };
   for (const auto& [host, members] : hosts) {
     double threads = 0, cores = 0;
     std::vector<std::string> names;
@@ -105,20 +115,23 @@ void Driver::measure_host_contention(Cluster& cluster, int64_t samples, const st
       names.push_back(cluster.devices[i].name);
     }
     if (members.size() < 2 || threads > cores) continue;
-    const Message m = command_message(ProfileCmd{spec_.to_json().dump(), samples, to_wire(cfg_.optimizer)});
-    const std::vector<Received> replies = request_all(names, m, "the profiling request", Millis(120000));
-    for (size_t k = 0; k < members.size(); ++k) {
+    std::vector<std::vector<double>> ratios(members.size());
+    for (int round = 0; round < kRounds; ++round) {
+      std::vector<std::vector<double>> alone;
       nlohmann::json detail;
-      const std::vector<double> together = layer_times_of(replies[k], detail);
-      double sum_alone = 0, sum_together = 0;
-      for (size_t l = 0; l < together.size() && l < alone[members[k]].size(); ++l)
-        if (together[l] >= 0 && alone[members[k]][l] >= 0) {
-          sum_alone += alone[members[k]][l];
-          sum_together += together[l];
-        }
+      for (size_t i : members) alone.push_back(layer_times(devices_[i], samples, detail));
+      const std::vector<Received> replies = request_all(names, m, "the profiling request", Millis(120000));
+      for (size_t k = 0; k < members.size(); ++k) {
+        const std::vector<double> together = layer_times_of(replies[k], detail);
+        const double base = total(alone[k], together);
+        if (base > 0) ratios[k].push_back(total(together, alone[k]) / base);
+      }
+    }
+    for (size_t k = 0; k < members.size(); ++k) {
+      if (ratios[k].empty()) continue;
+      std::sort(ratios[k].begin(), ratios[k].end());
       DeviceProfile& dp = cluster.devices[members[k]];
-      if (sum_alone <= 0) continue;
-      dp.host_contention = sum_together / sum_alone;
+      dp.host_contention = ratios[k][ratios[k].size() / 2];
       if (cfg_.progress)
         std::fprintf(stderr, "cleave: %s computes at %.2fx its time alone beside the other %zu device(s) on %s\n",
                      dp.name.c_str(), *dp.host_contention, members.size() - 1, host.c_str());
@@ -141,7 +154,6 @@ Cluster Driver::profile_cluster() {
   const int64_t small = std::max<int64_t>(1, large / 16);
   const bool two_sizes = (choosing || opts_.profile_only) && large > 1;
   std::vector<double> caps(devices_.size(), 0);  // declared --bandwidth-limit of each, Mbit/s (0: none)
-  std::vector<std::vector<double>> alone;        // each device's layer times at `large`, timed alone
   // One device at a time, so that devices sharing a machine do not slow each
   // other's measurements down; how much they do is measured after
   // (measure_host_contention).
@@ -153,7 +165,6 @@ Cluster Driver::profile_cluster() {
     dp.memory_bytes = static_cast<int64_t>(d.reg.memory_free);
     dp.gflops = d.reg.compute_gflops;
     std::vector<double> secs = layer_times(d, large, detail);
-    std::vector<double> at_large = secs;
     if (two_sizes) {
       nlohmann::json small_detail;
       LayerTimeFit fit = fit_layer_times(small, layer_times(d, small, small_detail), large, secs);
@@ -176,10 +187,9 @@ Cluster Driver::profile_cluster() {
       dp.cpu_threads = json_number(d.details, "cpu_threads", 0.0);
     }
     cluster.devices.push_back(dp);
-    alone.push_back(std::move(at_large));
     if (cfg_.progress) std::fprintf(stderr, "cleave: profiled %s\n", d.name.c_str());
   }
-  measure_host_contention(cluster, large, alone);
+  measure_host_contention(cluster, large);
   if (!opts_.insecure) {
     // Every pair of daemons measures the link between them, each direction
     // through its sender's --bandwidth-limit (link_probe.h).
