@@ -30,6 +30,14 @@ void info(const std::string& name, const std::string& text) {
   log(LogLevel::kInfo, "cleaved " + name + ": " + text);
 }
 
+// The device and its start-up speed; a warning where OpenBLAS runs kernels far below the CPU.
+void log_device(const std::string& name, const Device& device, double gflops) {
+  info(name, "device " + device.name() + ", " + std::to_string(static_cast<int>(gflops)) + " GFLOP/s measured");
+  if (device.backend() == Backend::cpu)
+    if (const std::string advice = openblas_kernel_advice(); !advice.empty())
+      log(LogLevel::kWarning, "cleaved " + name + ": " + advice);
+}
+
 // Why no connection to the coordinator was made, and what to do (connect_timeout_ms passed).
 std::string no_coordinator_message(const DaemonOptions& opts, const ClientEndpoint& client) {
   const std::string within = " within " + std::to_string(opts.connect_timeout_ms / 1000.0).substr(0, 4) + " s";
@@ -147,10 +155,7 @@ int run_daemon(const DaemonOptions& opts_in, const std::atomic<bool>& stop) {
   std::unique_ptr<FedClient> fed;
   if (opts.fed.enabled()) fed = std::make_unique<FedClient>(opts.fed);
   const double gflops = measure_gflops(*device);
-  info(opts.name, "device " + device->name() + ", " + std::to_string(static_cast<int>(gflops)) + " GFLOP/s measured");
-  if (device->backend() == Backend::cpu)
-    if (const std::string advice = openblas_kernel_advice(); !advice.empty())
-      log(LogLevel::kWarning, "cleaved " + opts.name + ": " + advice);
+  log_device(opts.name, *device, gflops);
 
   ClientOptions copts;
   copts.connect = opts.coordinator;
