@@ -110,7 +110,8 @@ class Driver {
   // Planner input from the live devices (pipeline_profile.cpp).
   Cluster profile_cluster();
   // One device's per-sample layer times at micro-batches of `samples`; its reply in `detail`.
-  std::vector<double> layer_times(const StageDevice& d, int64_t samples, nlohmann::json& detail);
+  transport::Message profile_request(int64_t samples, bool update) const;
+  std::vector<double> layer_times(const StageDevice& d, int64_t samples, nlohmann::json& detail, bool update = true);
   std::vector<double> layer_times_of(const transport::Received& r, nlohmann::json& detail);
   void measure_host_contention(Cluster& cluster, int64_t samples);
   // Round-trip probes to `peer`: (one-way latency ms, bandwidth Mbit/s).

@@ -67,9 +67,16 @@ std::pair<double, double> Driver::probe_link(const std::string& peer) {
 
 // Seconds per sample of each layer on device `d`, timed at micro-batches of
 // `samples` (the daemon's profile_layers); a layer that does not fit gets -1.
-std::vector<double> Driver::layer_times(const StageDevice& d, int64_t samples, nlohmann::json& detail) {
-  const Received r = request(d.name, command_message(ProfileCmd{spec_.to_json().dump(), samples, to_wire(cfg_.optimizer)}),
-                             "the profiling request", Millis(120000));
+// The Profile request for micro-batches of `samples`; with `update`, the
+// optimizer step is timed too (once per device is enough).
+Message Driver::profile_request(int64_t samples, bool update) const {
+  ProfileCmd c{spec_.to_json().dump(), samples, std::nullopt};
+  if (update) c.optimizer = to_wire(cfg_.optimizer);
+  return command_message(std::move(c));
+}
+
+std::vector<double> Driver::layer_times(const StageDevice& d, int64_t samples, nlohmann::json& detail, bool update) {
+  const Received r = request(d.name, profile_request(samples, update), "the profiling request", Millis(120000));
   return layer_times_of(r, detail);
 }
 
@@ -99,7 +106,7 @@ void Driver::measure_host_contention(Cluster& cluster, int64_t samples) {
   std::map<std::string, std::vector<size_t>> hosts;
   for (size_t i = 0; i < cluster.devices.size(); ++i)
     if (!cluster.devices[i].host.empty() && cluster.devices[i].cpu_threads > 0) hosts[cluster.devices[i].host].push_back(i);
-  const Message m = command_message(ProfileCmd{spec_.to_json().dump(), samples, to_wire(cfg_.optimizer)});
+  const Message m = profile_request(samples, false);
   auto total = [](const std::vector<double>& a, const std::vector<double>& b) {  // a's time where both fit
     double sum = 0;
     for (size_t l = 0; l < a.size() && l < b.size(); ++l)
@@ -119,7 +126,7 @@ void Driver::measure_host_contention(Cluster& cluster, int64_t samples) {
     for (int round = 0; round < kRounds; ++round) {
       std::vector<std::vector<double>> alone;
       nlohmann::json detail;
-      for (size_t i : members) alone.push_back(layer_times(devices_[i], samples, detail));
+      for (size_t i : members) alone.push_back(layer_times(devices_[i], samples, detail, false));
       const std::vector<Received> replies = request_all(names, m, "the profiling request", Millis(120000));
       for (size_t k = 0; k < members.size(); ++k) {
         const std::vector<double> together = layer_times_of(replies[k], detail);
@@ -167,7 +174,7 @@ Cluster Driver::profile_cluster() {
     std::vector<double> secs = layer_times(d, large, detail);
     if (two_sizes) {
       nlohmann::json small_detail;
-      LayerTimeFit fit = fit_layer_times(small, layer_times(d, small, small_detail), large, secs);
+      LayerTimeFit fit = fit_layer_times(small, layer_times(d, small, small_detail, false), large, secs);
       secs = std::move(fit.per_sample);
       dp.layer_seconds_per_microbatch = std::move(fit.per_microbatch);
     }
