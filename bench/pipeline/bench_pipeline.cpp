@@ -33,9 +33,14 @@
 //   theoretical bubble             = bubble_fraction(schedule, p, M)
 //       (core/pipeline/schedule.h): (p-1)/(M+p-1) for gpipe and 1f1b,
 //       (p-1)/(3M+p-1) for zb1
-//   ideal samples/s                = samples / ((m-1)/m * max_s compute_s + sum_s compute_s / m),
-//       the synchronous-pipeline time with the measured per-stage compute and
-//       free communication: what the layer split and the bubble allow.
+//   ideal samples/s                = samples / (max_s compute_s + u/(p-1) * (sum_s compute_s - max_s compute_s) / M),
+//       u = M b / (1 - b) the idle micro-batches of bubble_fraction's b (for
+//       zb1 with the run's W share: W / (F + B + W)): the synchronous-pipeline
+//       time with the measured per-stage compute and free communication, what
+//       the layer split and the schedule allow ((M-1)/M max + sum / M for
+//       gpipe and 1f1b).
+//   split bubble                   = 1 - sum_s compute_s / (p * that time): the
+//       theory's bubble for this run's stages, their imbalance included.
 //   limit          = "model" when the pipeline reaches >= 85% of that ideal
 //       (the split of the model's layers is what caps it), else "pipeline"
 //   cpu s          = CPU seconds (user + system) of this process over the run
@@ -162,6 +167,7 @@ struct Row {
   double accuracy = -1, val_loss = -1;
   std::vector<double> compute, send;  // per stage, seconds
   double bubble_measured = -1, bubble_theoretical = -1;
+  double bubble_split = -1;  // the theory's bubble with this run's measured per-stage compute (take_stage_busy)
   double ideal_samples_per_sec = 0;
   double load1 = 0;
   double cpu_self = 0, cpu_daemons = 0;  // CPU seconds of this process / of the daemons over the run
@@ -287,9 +293,14 @@ Row run_local(const BenchOptions& o, const ModelInfo& m, const std::string& text
 }
 
 // Busy, send, bubble and the ideal rate from a pipeline run's `stage_busy`.
+// The ideal is the synchronous pipeline with the measured per-stage compute
+// and free links: the slowest stage's compute plus the schedule's idle
+// (bubble_fraction's, in micro-batches of the other stages' compute; for zb1
+// with the run's own W share), so that it is the bubble the theory gives for
+// this run's split, its stages' imbalance included (`bubble_split`).
 void take_stage_busy(Row& row, const json& r) {
   const double T = std::max(1e-9, row.train_seconds);
-  double idle = 0, sum_compute = 0, max_compute = 0;
+  double idle = 0, sum_compute = 0, max_compute = 0, weight = 0, passes = 0;
   for (const auto& st : r.at("stage_busy")) {
     const auto& b = st.at("busy_seconds");
     auto get = [&](const char* k) { return b.contains(k) ? b.at(k).get<double>() : 0.0; };
@@ -301,14 +312,20 @@ void take_stage_busy(Row& row, const json& r) {
     idle += std::max(0.0, T - c - s);
     sum_compute += c;
     max_compute = std::max(max_compute, c);
+    weight += get("W");
+    passes += get("forward") + get("backward") + get("B") + get("W");
   }
   const int p = std::max<int>(1, static_cast<int>(row.compute.size()));
+  const cleave::ScheduleKind kind = cleave::parse_schedule(row.schedule);
   row.bubble_measured = idle / (static_cast<double>(p) * T);
-  row.bubble_theoretical = cleave::bubble_fraction(cleave::parse_schedule(row.schedule), p, row.microbatches);
+  row.bubble_theoretical = cleave::bubble_fraction(kind, p, row.microbatches);
   const double mb = row.microbatches;
-  const double ideal_seconds = (mb - 1) / mb * max_compute + sum_compute / mb;
+  const double b = cleave::bubble_fraction(kind, p, row.microbatches, passes > 0 ? weight / passes : 1.0 / 3);
+  const double idle_units = mb * b / std::max(1e-9, 1 - b);  // idle micro-batches of an equal-stage pipeline
+  const double ideal_seconds = max_compute + (p > 1 ? idle_units / (p - 1) * (sum_compute - max_compute) / mb : 0.0);
   const double samples = row.samples_per_sec * row.train_seconds;
   row.ideal_samples_per_sec = samples / std::max(1e-9, ideal_seconds);
+  row.bubble_split = 1 - sum_compute / (static_cast<double>(p) * std::max(1e-9, ideal_seconds));
 }
 
 // The cluster options of one pipeline run over daemons keyed in `dir`.
@@ -473,6 +490,7 @@ json rep_json(const Row& r) {
     j["stage_compute_seconds"] = r.compute;
     j["stage_send_seconds"] = r.send;
     j["bubble_measured"] = r.bubble_measured;
+    j["bubble_split"] = r.bubble_split;
     j["stages"] = r.stage_memory;
     if (!r.prediction.is_null()) j["prediction"] = r.prediction;
   }
@@ -584,6 +602,7 @@ json to_json(const Row& r) {
   j["stage_compute_fraction"] = frac;
   j["bubble_measured"] = r.bubble_measured;
   j["bubble_theoretical"] = r.bubble_theoretical;
+  j["bubble_split"] = r.bubble_split;
   j["ideal_samples_per_sec"] = r.ideal_samples_per_sec;
   j["plan"] = r.plan;
   j["stage_memory"] = r.stage_memory;
@@ -595,17 +614,18 @@ json to_json(const Row& r) {
 }
 
 void print_header() {
-  std::printf("%-8s %-20s %9s %-5s %8s %8s %-15s %-15s %6s %6s %9s %9s %6s %6s %5s %s\n", "model", "setup", "rate",
-              "unit", "speed-up", "vs torch", "busy(compute)", "send", "bubble", "theory", "ideal", "meas/pred",
+  std::printf("%-8s %-20s %9s %-5s %8s %8s %-15s %-15s %6s %6s %6s %9s %9s %6s %6s %5s %s\n", "model", "setup", "rate",
+              "unit", "speed-up", "vs torch", "busy(compute)", "send", "bubble", "theory", "split", "ideal", "meas/pred",
               "cpu s", "acc", "load", "limit");
 }
 
 void print_row(const Row& r, double baseline) {
-  char bubble[16] = "-", theory[16] = "-", ideal[16] = "-", vs[16] = "-", pred[16] = "-", acc[16] = "-";
+  char bubble[16] = "-", theory[16] = "-", split[16] = "-", ideal[16] = "-", vs[16] = "-", pred[16] = "-", acc[16] = "-";
   const double scale = static_cast<double>(r.context);
   if (r.kind == "pipe") {
     std::snprintf(bubble, sizeof bubble, "%.2f", r.bubble_measured);
     std::snprintf(theory, sizeof theory, "%.2f", r.bubble_theoretical);
+    std::snprintf(split, sizeof split, "%.2f", r.bubble_split);
     std::snprintf(ideal, sizeof ideal, "%.0f", r.ideal_samples_per_sec * scale);
   }
   if (r.vs_torch > 0) std::snprintf(vs, sizeof vs, "%.2fx", r.vs_torch);
@@ -617,10 +637,10 @@ void print_row(const Row& r, double baseline) {
                 r.note.c_str());
     return;
   }
-  std::printf("%-8s %-20s %9.0f %-5s %7.2fx %8s %-15s %-15s %6s %6s %9s %9s %6.1f %6s %5.1f %s\n", r.model.c_str(),
+  std::printf("%-8s %-20s %9.0f %-5s %7.2fx %8s %-15s %-15s %6s %6s %6s %9s %9s %6.1f %6s %5.1f %s\n", r.model.c_str(),
               r.setup.c_str(), r.samples_per_sec * scale, r.context > 1 ? "tok/s" : "smp/s", r.speedup, vs,
               fractions(r.compute, r.train_seconds).c_str(), fractions(r.send, r.train_seconds).c_str(), bubble, theory,
-              ideal, pred, r.cpu_self + r.cpu_daemons, acc, r.load1, limit_of(r, baseline).c_str());
+              split, ideal, pred, r.cpu_self + r.cpu_daemons, acc, r.load1, limit_of(r, baseline).c_str());
 }
 
 // Per pipeline row: each stage's measured peak and estimated memory, and what recomputing costs and saves.
