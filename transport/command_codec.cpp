@@ -200,7 +200,7 @@ struct CommandBuilder {
   Builder& b;
   Built operator()(const ProfileCmd& c) const {
     auto opt = c.optimizer ? build_optimizer(b, *c.optimizer) : 0;
-    return {fb::CommandBody::Profile, fb::CreateProfileDirect(b, c.model_spec_json.c_str(), c.samples, opt).Union()};
+    return {fb::CommandBody::Profile, fb::CreateProfileDirect(b, c.model_spec_json.c_str(), c.samples, opt, c.split_backward).Union()};
   }
   Built operator()(const ProbeServeCmd& c) const {
     return {fb::CommandBody::ProbeServe, fb::CreateProbeServeDirect(b, c.peer.c_str(), c.peer_key.c_str()).Union()};
@@ -344,7 +344,7 @@ std::string read_command(const fb::Command& in, CommandMsg& out) {
   switch (in.body_type()) {
     case fb::CommandBody::Profile: {
       const auto* c = in.body_as_Profile();
-      ProfileCmd p{str(c->model_spec_json()), c->samples(), std::nullopt};
+      ProfileCmd p{str(c->model_spec_json()), c->samples(), std::nullopt, c->split_backward()};
       if (c->optimizer()) {
         p.optimizer.emplace();
         (void)read_optimizer(c->optimizer(), *p.optimizer);

@@ -197,6 +197,7 @@ struct ProfileCmd {  // per-layer timings of a model, before any assignment
   std::string model_spec_json;
   int64_t samples = 16;
   std::optional<OptimizerSpec> optimizer;  // also time the optimizer update
+  bool split_backward = false;             // time each backward as B then W (zb1)
   bool operator==(const ProfileCmd&) const = default;
 };
 struct ProbeServeCmd {  // serve link probes to `peer`

@@ -63,6 +63,7 @@ TEST_CASE("every command round-trips with its fields", "[transport][commands]") 
   const std::vector<Command> commands = {
       ProfileCmd{"{\"layers\":[]}", 33, odd_optimizer()},
       ProfileCmd{"{\"layers\":[]}", 1, std::nullopt},
+      ProfileCmd{"{\"layers\":[]}", 8, std::nullopt, /*split_backward=*/true},
       ProbeServeCmd{"dev2", kKey},
       ProbePeerCmd{"dev3", kKey, "tcp://127.0.0.1:5555"},
       ProbeStopCmd{"dev2"},

@@ -70,7 +70,8 @@ std::pair<double, double> Driver::probe_link(const std::string& peer) {
 // The Profile request for micro-batches of `samples`; with `update`, the
 // optimizer step is timed too (once per device is enough).
 Message Driver::profile_request(int64_t samples, bool update) const {
-  ProfileCmd c{spec_.to_json().dump(), samples, std::nullopt};
+  // Under zb1 each backward is timed as B then W, as the stages will run it.
+  ProfileCmd c{spec_.to_json().dump(), samples, std::nullopt, schedule_ == ScheduleKind::zb1};
   if (update) c.optimizer = to_wire(cfg_.optimizer);
   return command_message(std::move(c));
 }

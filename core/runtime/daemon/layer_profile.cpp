@@ -41,6 +41,16 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+// A layer's backward as the schedule runs it: whole, or (zb1) its input
+// gradient B and then its weight gradient W, which for some layers (a
+// convolution's im2col) costs more than the two together.
+Tensor backward_pass(Partition& part, const Tensor& dy, bool split_backward) {
+  if (!split_backward) return part.backward(dy, 0, /*need_dx=*/true);
+  Tensor dx = part.backward_input(dy, 0, /*need_dx=*/true);
+  part.backward_weight(0);
+  return dx;
+}
+
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
@@ -48,7 +58,8 @@ double median(std::vector<double> v) {
 
 // Each layer alone: forward and at once backward on the same input, median of
 // `repetitions`; -1 where the layer does not fit.
-std::vector<double> profile_each_alone(Device& device, const ModelSpec& spec, int64_t samples, int repetitions) {
+std::vector<double> profile_each_alone(Device& device, const ModelSpec& spec, int64_t samples, int repetitions,
+                                       bool split_backward) {
   std::vector<double> out;
   Rng rng(12345);
   for (int i = 0; i < spec.num_layers(); ++i) {
@@ -60,7 +71,7 @@ std::vector<double> profile_each_alone(Device& device, const ModelSpec& spec, in
       for (int r = 0; r <= repetitions; ++r) {  // r == 0 warms up
         const auto t0 = std::chrono::steady_clock::now();
         part.forward(x, 0, /*training=*/true, 1);
-        part.backward(dy, 0, /*need_dx=*/true);
+        backward_pass(part, dy, split_backward);
         device.synchronize();
         if (r > 0) times.push_back(seconds_since(t0));
       }
@@ -75,7 +86,8 @@ std::vector<double> profile_each_alone(Device& device, const ModelSpec& spec, in
 // The whole model as training runs it: one micro-batch forward through every
 // layer, then backward through them in reverse, each layer's calls timed; the
 // median over `repetitions` per layer. Empty when the model does not fit.
-std::vector<double> profile_in_chain(Device& device, const ModelSpec& spec, int64_t samples, int repetitions) {
+std::vector<double> profile_in_chain(Device& device, const ModelSpec& spec, int64_t samples, int repetitions,
+                                     bool split_backward) {
   const int n = spec.num_layers();
   try {
     std::vector<std::unique_ptr<Partition>> parts;
@@ -98,7 +110,7 @@ std::vector<double> profile_in_chain(Device& device, const ModelSpec& spec, int6
       Tensor g = dy;
       for (int i = n - 1; i >= 0; --i) {
         const auto t0 = std::chrono::steady_clock::now();
-        g = parts[static_cast<size_t>(i)]->backward(g, 0, /*need_dx=*/true);
+        g = backward_pass(*parts[static_cast<size_t>(i)], g, split_backward);
         device.synchronize();
         t[static_cast<size_t>(i)] += seconds_since(t0);
       }
@@ -115,11 +127,12 @@ std::vector<double> profile_in_chain(Device& device, const ModelSpec& spec, int6
 
 }  // namespace
 
-std::vector<double> profile_layers(Device& device, const ModelSpec& spec, int64_t samples, int repetitions) {
-  std::vector<double> chain = profile_in_chain(device, spec, samples, repetitions);
+std::vector<double> profile_layers(Device& device, const ModelSpec& spec, int64_t samples, bool split_backward,
+                                   int repetitions) {
+  std::vector<double> chain = profile_in_chain(device, spec, samples, repetitions, split_backward);
   if (!chain.empty()) return chain;
   device.release_cached_memory();
-  return profile_each_alone(device, spec, samples, repetitions);
+  return profile_each_alone(device, spec, samples, repetitions, split_backward);
 }
 
 double profile_update(Device& device, const OptimizerConfig& optimizer, int64_t params, int repetitions) {

@@ -19,8 +19,11 @@ namespace cleave {
 // out of cache as in training (timed alone, forward then at once backward, the
 // layers of gpt-tiny came out 9-13% faster than one-process training runs
 // them). Otherwise each layer alone; one that does not fit the device's memory
-// then gets -1 (the planner treats the device as unable to host it).
-std::vector<double> profile_layers(Device& device, const ModelSpec& spec, int64_t samples, int repetitions = 7);
+// then gets -1 (the planner treats the device as unable to host it). With
+// `split_backward` (a zb1 run) each backward is timed as the schedule runs it:
+// the input gradient B, then the weight gradient W.
+std::vector<double> profile_layers(Device& device, const ModelSpec& spec, int64_t samples, bool split_backward = false,
+                                   int repetitions = 7);
 
 // Seconds per parameter of one step of `optimizer` followed by zero_grad (what
 // a stage does once per batch), timed on `device` over a block of `params`
