@@ -18,6 +18,8 @@
 #include <string>
 #include <vector>
 
+#include "core/util/stats.h"
+
 namespace cleave::bench {
 
 // `s` cut at every `sep`, empty items kept ("a,,b" -> a, "", b).
@@ -78,13 +80,7 @@ inline std::vector<ModelRun> parse_model_runs(const std::string& text) {
   return out;
 }
 
-// The median (the mean of the middle two for an even count); 0 when empty.
-inline double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
+using cleave::median;  // core/util/stats.h
 
 // The machine's load average over the last minute (getloadavg(3), i.e.
 // /proc/loadavg), or -1 when it cannot be read: every table says under what load it was measured.

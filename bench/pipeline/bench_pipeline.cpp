@@ -305,7 +305,8 @@ void take_stage_busy(Row& row, const json& r) {
     const auto& b = st.at("busy_seconds");
     auto get = [&](const char* k) { return b.contains(k) ? b.at(k).get<double>() : 0.0; };
     // zb1's backward is two slices, B (input gradient) and W (weight gradient).
-    const double c = get("forward") + get("backward") + get("B") + get("W") + get("optimizer");
+    const double pass = get("forward") + get("backward") + get("B") + get("W");
+    const double c = pass + get("optimizer");
     const double s = get("send");
     row.compute.push_back(c);
     row.send.push_back(s);
@@ -313,7 +314,7 @@ void take_stage_busy(Row& row, const json& r) {
     sum_compute += c;
     max_compute = std::max(max_compute, c);
     weight += get("W");
-    passes += get("forward") + get("backward") + get("B") + get("W");
+    passes += pass;
   }
   const int p = std::max<int>(1, static_cast<int>(row.compute.size()));
   const cleave::ScheduleKind kind = cleave::parse_schedule(row.schedule);

@@ -7,6 +7,7 @@
 
 #include "core/model/partition.h"
 #include "core/util/rng.h"
+#include "core/util/stats.h"
 
 namespace cleave {
 
@@ -43,17 +44,12 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 
 // A layer's backward as the schedule runs it: whole, or (zb1) its input
 // gradient B and then its weight gradient W, which for some layers (a
-// convolution's im2col) costs more than the two together.
+// convolution's im2col, done by each) costs more than the fused backward.
 Tensor backward_pass(Partition& part, const Tensor& dy, bool split_backward) {
   if (!split_backward) return part.backward(dy, 0, /*need_dx=*/true);
   Tensor dx = part.backward_input(dy, 0, /*need_dx=*/true);
   part.backward_weight(0);
   return dx;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
 }
 
 // Each layer alone: forward and at once backward on the same input, median of

@@ -6,6 +6,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include "core/util/stats.h"
 #include "transport/log.h"
 
 namespace cleave {
@@ -21,11 +22,6 @@ constexpr int kBurst = 4;                   // back-to-back messages per directi
 TensorMessage probe_tensor(int64_t replies, int32_t reply_floats, int64_t floats, float value = 0.5f) {
   return TensorMessage::from_vector(TensorKind::kActivation, replies, reply_floats, {floats},
                                     std::vector<float>(static_cast<size_t>(floats), value));
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
 }
 
 }  // namespace
