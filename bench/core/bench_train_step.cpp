@@ -487,199 +487,153 @@ std::string fmt(const char* f, double v) {
   return buf;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  cleave::prefer_passive_openmp(argv);  // before any OpenMP/BLAS threads start
-  const Options opt = parse_options(argc, argv);
-  signal(SIGPIPE, SIG_IGN);  // a dead PyTorch process must not kill the bench
-  const auto t_start = Clock::now();
-
-  // Models and their FLOP counts.
-  std::map<std::string, cleave::ModelSpec> specs;
-  try {
-    for (const bench::ModelRun& m : opt.models)
-      if (!specs.count(m.name)) specs[m.name] = cleave::ModelSpec::load(opt.models_dir + "/" + m.name + ".json");
-  } catch (const std::exception& e) {
-    std::cerr << "bench_train_step: " << e.what() << " (use --models-dir)\n";
-    return 1;
-  }
-
-  json report;
+// What the bench ran on, printed and for the JSON.
+json machine_report() {
   const char* env_core = std::getenv("OPENBLAS_CORETYPE");
   const char* env_l2 = std::getenv("OPENBLAS_L2_SIZE");
-  report["machine"] = {{"cores", bench::online_cores()},
-                       {"load_average_start", load_average()},
-                       {"openblas_config", openblas_get_config()},
-                       {"openblas_core", openblas_get_corename()},
-                       {"OPENBLAS_CORETYPE", env_core ? env_core : ""},
-                       {"OPENBLAS_L2_SIZE", env_l2 ? env_l2 : ""}};
-  report["settings"] = {{"threads", opt.threads}, {"reps", opt.reps},     {"warmup", opt.warmup},
-                        {"seconds", opt.seconds}, {"steps", opt.steps},   {"seed", opt.seed},
-                        {"optimizer", "adam lr 1e-3"}};
   std::printf("bench_train_step: %d cores, OpenBLAS %s (core %s)%s%s, load average %.2f\n", bench::online_cores(),
               openblas_get_config(), openblas_get_corename(), env_core ? ", OPENBLAS_CORETYPE=" : "",
               env_core ? env_core : "", load_average().empty() ? 0.0 : load_average()[0]);
+  return {{"cores", bench::online_cores()},
+          {"load_average_start", load_average()},
+          {"openblas_config", openblas_get_config()},
+          {"openblas_core", openblas_get_corename()},
+          {"OPENBLAS_CORETYPE", env_core ? env_core : ""},
+          {"OPENBLAS_L2_SIZE", env_l2 ? env_l2 : ""}};
+}
 
-  // PyTorch.
-  TorchProcess torch;
-  bool have_torch = false;
-  if (opt.torch) {
-    have_torch = torch.start(opt.python, opt.torch_script);
-    if (have_torch)
-      std::printf("PyTorch %s via %s\n", torch.version().c_str(), opt.torch_script.c_str());
-    else
-      std::printf("note: skipping the PyTorch comparison: %s\n", torch.error().c_str());
+// The distinct GEMMs of the all-linear (MLP-like) models, for the "same
+// GEMMs" sgemm rate: conv GEMMs depend on im2col, so other models have none.
+std::vector<GemmShape> model_gemm_shapes(const std::vector<bench::ModelRun>& models,
+                                         const std::map<std::string, FlopCount>& flops) {
+  std::vector<GemmShape> shapes;
+  for (const bench::ModelRun& m : models) {
+    const FlopCount& fc = flops.at(m.name + ":" + std::to_string(m.batch));
+    if (!fc.all_linear()) continue;
+    for (const GemmShape& g : fc.linear_gemms)
+      if (std::find_if(shapes.begin(), shapes.end(), [&](const GemmShape& s) { return !(s < g) && !(g < s); }) ==
+          shapes.end())
+        shapes.push_back(g);
+  }
+  return shapes;
+}
+
+// sgemm at `threads` on each shape: median GFLOP/s by label, printed, and the JSON.
+json measure_sgemm_rates(int threads, const std::vector<GemmShape>& shapes, const Options& opt,
+                         std::map<std::string, double>& rate) {
+  openblas_set_num_threads(threads);
+  json sj = {{"threads", threads}, {"shapes", json::array()}};
+  std::printf("\nsgemm, %d thread%s (median GFLOP/s of %d):\n", threads, threads == 1 ? "" : "s", opt.reps);
+  for (const GemmShape& g : shapes) {
+    GemmRate r = measure_sgemm(g, 3, opt.gemm_seconds);
+    rate[g.label()] = r.median_gflops();
+    std::printf("  %-22s %8.1f\n", g.label().c_str(), r.median_gflops());
+    sj["shapes"].push_back({{"gemm", g.label()}, {"gflops", r.gflops}, {"median_gflops", r.median_gflops()}});
+  }
+  return sj;
+}
+
+// --steps, or (0) enough steps for --seconds over all repetitions.
+int64_t steps_per_rep(CleaveRun& run, const Options& opt) {
+  if (opt.steps != 0) return opt.steps;
+  int64_t n = 0;
+  const auto t0 = Clock::now();
+  do {
+    run.step();
+    ++n;
+  } while (since(t0) < 0.3 || n < 2);
+  const double per_step = since(t0) / static_cast<double>(n);
+  return std::clamp<int64_t>(static_cast<int64_t>(opt.seconds / opt.reps / per_step + 0.5), 2, 1000000);
+}
+
+struct Row {
+  std::string model;
+  int threads;
+  int64_t batch, steps;
+  double cleave, torch, gflops, frac_square, frac_shapes;
+};
+
+// One model at one thread count: cleave, sgemm on its GEMMs, PyTorch, the
+// repetitions interleaved; `torch` off from the first failure on.
+struct ModelMeasurement {
+  std::vector<double> cleave, torch, gemm_gflops, fractions;
+  std::string torch_error;
+};
+
+// PyTorch's samples/s for one repetition, or nothing (the error kept).
+void torch_repetition(TorchProcess& torch, bool& have_torch, const json& req, ModelMeasurement& mm) {
+  auto ans = torch.request(req);
+  if (!ans) {
+    mm.torch_error = torch.error();
+    have_torch = false;
+  } else if (!ans->value("ok", false)) {
+    mm.torch_error = ans->value("error", std::string("unknown error"));
   } else {
-    std::printf("note: PyTorch comparison off (--no-torch)\n");
+    mm.torch.push_back(ans->value("samples_per_sec", 0.0));
   }
-  report["torch"] = have_torch ? json(torch.version()) : json(nullptr);
+}
 
-  // The MLP's GEMMs (for the "same GEMMs" sgemm rate) and the big square.
-  std::vector<GemmShape> gemm_shapes;
-  std::map<std::string, FlopCount> flops;
-  for (const bench::ModelRun& m : opt.models) {
-    const std::string key = m.name + ":" + std::to_string(m.batch);
-    flops[key] = count_flops(specs.at(m.name), m.batch);
-    if (!flops[key].all_linear()) continue;  // conv GEMMs depend on im2col; compare MLP-like models only
-    for (const GemmShape& g : flops[key].linear_gemms)
-      if (std::find_if(gemm_shapes.begin(), gemm_shapes.end(), [&](const GemmShape& s) {
-            return !(s < g) && !(g < s);
-          }) == gemm_shapes.end())
-        gemm_shapes.push_back(g);
-  }
-  const GemmShape square{false, false, 1024, 1024, 1024};
-  gemm_shapes.push_back(square);
-
-  json results = json::array(), sgemm_json = json::array(), profiles = json::array();
-  struct Row {
-    std::string model;
-    int threads;
-    int64_t batch, steps;
-    double cleave, torch, gflops, frac_square, frac_shapes;
-    bool has_flops;
-  };
-  std::vector<Row> rows;
-
-  try {
-    for (int threads : opt.threads) {
-      // sgemm at this thread count.
-      openblas_set_num_threads(threads);
-      std::map<std::string, double> rate;  // label -> median GFLOP/s
-      json sj = {{"threads", threads}, {"shapes", json::array()}};
-      std::printf("\nsgemm, %d thread%s (median GFLOP/s of %d):\n", threads, threads == 1 ? "" : "s", opt.reps);
-      for (const GemmShape& g : gemm_shapes) {
-        GemmRate r = measure_sgemm(g, 3, opt.gemm_seconds);
-        rate[g.label()] = r.median_gflops();
-        std::printf("  %-22s %8.1f\n", g.label().c_str(), r.median_gflops());
-        sj["shapes"].push_back({{"gemm", g.label()}, {"gflops", r.gflops}, {"median_gflops", r.median_gflops()}});
-      }
-      const double square_rate = rate.at(square.label());
-      sj["square_1024_gflops"] = square_rate;
-      sgemm_json.push_back(sj);
-
-      for (const bench::ModelRun& m : opt.models) {
-        const cleave::ModelSpec& spec = specs.at(m.name);
-        const FlopCount& fc = flops.at(m.name + ":" + std::to_string(m.batch));
-        cleave::DeviceOptions dopts;
-        dopts.threads = threads;
-        CleaveRun run(cleave::open_device("cpu", dopts), spec, m.batch, opt.seed);
-        run.time(opt.warmup);
-        int64_t steps = opt.steps;
-        if (steps == 0) {  // calibrate: enough steps for `seconds` over all repetitions
-          int64_t n = 0;
-          const auto t0 = Clock::now();
-          do {
-            run.step();
-            ++n;
-          } while (since(t0) < 0.3 || n < 2);
-          const double per_step = since(t0) / static_cast<double>(n);
-          steps = std::clamp<int64_t>(static_cast<int64_t>(opt.seconds / opt.reps / per_step + 0.5), 2, 1000000);
-        }
-        std::vector<double> c_rates, t_rates, g_rates, fractions;
-        std::string torch_error;
-        std::unique_ptr<GemmStep> gemm_step;
-        if (fc.all_linear()) gemm_step = std::make_unique<GemmStep>(fc.linear_gemms);
-        for (int rep = 0; rep < opt.reps; ++rep) {
-          run.time(1);  // re-warm after the other framework ran
-          const double c_secs = run.time(steps);
-          c_rates.push_back(static_cast<double>(steps * m.batch) / c_secs);
-          if (gemm_step) {  // the same GEMMs through sgemm alone, right after: same load
-            gemm_step->time(1);
-            const double g_secs = gemm_step->time(steps);
-            g_rates.push_back(gemm_step->flops() * static_cast<double>(steps) / g_secs * 1e-9);
-            fractions.push_back(g_secs / c_secs);
-          }
-          if (have_torch && torch_error.empty()) {
-            json req = {{"model", opt.models_dir + "/" + m.name + ".json"},
+ModelMeasurement measure_model(CleaveRun& run, const bench::ModelRun& m, const FlopCount& fc, int threads,
+                               int64_t steps, const Options& opt, TorchProcess& torch, bool& have_torch) {
+  ModelMeasurement mm;
+  std::unique_ptr<GemmStep> gemm_step;
+  if (fc.all_linear()) gemm_step = std::make_unique<GemmStep>(fc.linear_gemms);
+  for (int rep = 0; rep < opt.reps; ++rep) {
+    run.time(1);  // re-warm after the other framework ran
+    const double c_secs = run.time(steps);
+    mm.cleave.push_back(static_cast<double>(steps * m.batch) / c_secs);
+    if (gemm_step) {  // the same GEMMs through sgemm alone, right after: same load
+      gemm_step->time(1);
+      const double g_secs = gemm_step->time(steps);
+      mm.gemm_gflops.push_back(gemm_step->flops() * static_cast<double>(steps) / g_secs * 1e-9);
+      mm.fractions.push_back(g_secs / c_secs);
+    }
+    if (have_torch && mm.torch_error.empty())
+      torch_repetition(torch, have_torch,
+                       {{"model", opt.models_dir + "/" + m.name + ".json"},
                         {"batch", m.batch},
                         {"threads", threads},
                         {"steps", steps},
                         {"warmup", rep == 0 ? opt.warmup : 1},
-                        {"seed", opt.seed}};
-            auto ans = torch.request(req);
-            if (!ans) {
-              torch_error = torch.error();
-              have_torch = false;
-            } else if (!ans->value("ok", false)) {
-              torch_error = ans->value("error", std::string("unknown error"));
-            } else {
-              t_rates.push_back(ans->value("samples_per_sec", 0.0));
-            }
-          }
-        }
-        if (!torch_error.empty())
-          std::printf("note: PyTorch failed on %s: %s\n", m.name.c_str(), torch_error.c_str());
-        const double c_med = bench::median(c_rates), t_med = t_rates.empty() ? 0.0 : bench::median(t_rates);
-        const double gflops = c_med / static_cast<double>(m.batch) * fc.required * 1e-9;
-        // sgemm alone on exactly the model's GEMMs (interleaved with cleave's repetitions):
-        // the fraction is the median over repetitions of (sgemm-only time / cleave step time).
-        const bool all_linear = fc.all_linear();
-        const double shapes_rate = bench::median(g_rates);
-        Row row{m.name, threads, m.batch, steps, c_med, t_med, gflops, gflops / square_rate,
-                all_linear ? bench::median(fractions) : 0.0, true};
-        rows.push_back(row);
-        json rj = {{"model", m.name},
-                   {"batch", m.batch},
-                   {"threads", threads},
-                   {"steps_per_rep", steps},
-                   {"reps", opt.reps},
-                   {"cleave_samples_per_sec", c_rates},
-                   {"cleave_median_samples_per_sec", c_med},
-                   {"gemm_flops_per_step_required", fc.required},
-                   {"gemm_flops_per_step_executed", fc.executed},
-                   {"cleave_gflops", gflops},
-                   {"sgemm_square_1024_gflops", square_rate},
-                   {"fraction_of_sgemm_square", row.frac_square}};
-        if (all_linear) {
-          rj["sgemm_same_gemms_gflops"] = g_rates;
-          rj["sgemm_same_gemms_median_gflops"] = shapes_rate;
-          rj["fractions_of_sgemm_same_gemms"] = fractions;
-          rj["fraction_of_sgemm_same_gemms"] = row.frac_shapes;
-        }
-        if (!t_rates.empty()) {
-          rj["torch_samples_per_sec"] = t_rates;
-          rj["torch_median_samples_per_sec"] = t_med;
-          rj["cleave_over_torch"] = c_med / t_med;
-        } else {
-          rj["torch_median_samples_per_sec"] = nullptr;
-          if (!torch_error.empty()) rj["torch_error"] = torch_error;
-        }
-        results.push_back(rj);
-        std::printf("%s batch %lld, %d thread%s: cleave %.0f samples/s%s  (%lld steps x %d reps)\n", m.name.c_str(),
-                    static_cast<long long>(m.batch), threads, threads == 1 ? "" : "s", c_med,
-                    t_rates.empty() ? "" : (", torch " + fmt("%.0f", t_med) + " samples/s").c_str(),
-                    static_cast<long long>(steps), opt.reps);
-        if (opt.profile) profiles.push_back(profile_steps(spec, m.batch, threads, opt.seed, std::max<int64_t>(steps, 10)));
-      }
-    }
-  } catch (const std::exception& e) {
-    std::cerr << "bench_train_step: " << e.what() << "\n";
-    return 1;
+                        {"seed", opt.seed}},
+                       mm);
   }
-  torch.stop();
+  if (!mm.torch_error.empty()) std::printf("note: PyTorch failed on %s: %s\n", m.name.c_str(), mm.torch_error.c_str());
+  return mm;
+}
 
-  // The table.
+// The JSON of one row, with every repetition.
+json row_json(const Row& row, const ModelMeasurement& mm, const FlopCount& fc, double square_rate, int reps) {
+  json rj = {{"model", row.model},
+             {"batch", row.batch},
+             {"threads", row.threads},
+             {"steps_per_rep", row.steps},
+             {"reps", reps},
+             {"cleave_samples_per_sec", mm.cleave},
+             {"cleave_median_samples_per_sec", row.cleave},
+             {"gemm_flops_per_step_required", fc.required},
+             {"gemm_flops_per_step_executed", fc.executed},
+             {"cleave_gflops", row.gflops},
+             {"sgemm_square_1024_gflops", square_rate},
+             {"fraction_of_sgemm_square", row.frac_square}};
+  if (fc.all_linear()) {
+    rj["sgemm_same_gemms_gflops"] = mm.gemm_gflops;
+    rj["sgemm_same_gemms_median_gflops"] = bench::median(mm.gemm_gflops);
+    rj["fractions_of_sgemm_same_gemms"] = mm.fractions;
+    rj["fraction_of_sgemm_same_gemms"] = row.frac_shapes;
+  }
+  if (!mm.torch.empty()) {
+    rj["torch_samples_per_sec"] = mm.torch;
+    rj["torch_median_samples_per_sec"] = row.torch;
+    rj["cleave_over_torch"] = row.cleave / row.torch;
+  } else {
+    rj["torch_median_samples_per_sec"] = nullptr;
+    if (!mm.torch_error.empty()) rj["torch_error"] = mm.torch_error;
+  }
+  return rj;
+}
+
+void print_table(const std::vector<Row>& rows) {
   std::printf("\n%-5s %7s %5s %14s %14s %8s %9s %12s %12s\n", "model", "threads", "batch", "cleave samp/s",
               "torch samp/s", "ratio", "GFLOP/s", "%sgemm1024", "%sgemm-same");
   for (const Row& r : rows) {
@@ -693,6 +647,90 @@ int main(int argc, char** argv) {
               "rate over cblas_sgemm 1024^3 at the same thread count; %%sgemm-same = time of cblas_sgemm alone on\n"
               "exactly the model's GEMMs over cleave's step time, each repetition right after cleave's\n"
               "(median; MLP only).\n");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  cleave::prefer_passive_openmp(argv);  // before any OpenMP/BLAS threads start
+  const Options opt = parse_options(argc, argv);
+  signal(SIGPIPE, SIG_IGN);  // a dead PyTorch process must not kill the bench
+  const auto t_start = Clock::now();
+
+  std::map<std::string, cleave::ModelSpec> specs;
+  std::map<std::string, FlopCount> flops;  // by "name:batch"
+  try {
+    for (const bench::ModelRun& m : opt.models) {
+      if (!specs.count(m.name)) specs[m.name] = cleave::ModelSpec::load(opt.models_dir + "/" + m.name + ".json");
+      flops[m.name + ":" + std::to_string(m.batch)] = count_flops(specs.at(m.name), m.batch);
+    }
+  } catch (const std::exception& e) {
+    std::cerr << "bench_train_step: " << e.what() << " (use --models-dir)\n";
+    return 1;
+  }
+
+  json report;
+  report["machine"] = machine_report();
+  report["settings"] = {{"threads", opt.threads}, {"reps", opt.reps},     {"warmup", opt.warmup},
+                        {"seconds", opt.seconds}, {"steps", opt.steps},   {"seed", opt.seed},
+                        {"optimizer", "adam lr 1e-3"}};
+
+  TorchProcess torch;
+  bool have_torch = false;
+  if (opt.torch) {
+    have_torch = torch.start(opt.python, opt.torch_script);
+    if (have_torch)
+      std::printf("PyTorch %s via %s\n", torch.version().c_str(), opt.torch_script.c_str());
+    else
+      std::printf("note: skipping the PyTorch comparison: %s\n", torch.error().c_str());
+  } else {
+    std::printf("note: PyTorch comparison off (--no-torch)\n");
+  }
+  report["torch"] = have_torch ? json(torch.version()) : json(nullptr);
+
+  std::vector<GemmShape> gemm_shapes = model_gemm_shapes(opt.models, flops);
+  const GemmShape square{false, false, 1024, 1024, 1024};
+  gemm_shapes.push_back(square);
+
+  json results = json::array(), sgemm_json = json::array(), profiles = json::array();
+  std::vector<Row> rows;
+  try {
+    for (int threads : opt.threads) {
+      std::map<std::string, double> rate;  // label -> median GFLOP/s
+      json sj = measure_sgemm_rates(threads, gemm_shapes, opt, rate);
+      const double square_rate = rate.at(square.label());
+      sj["square_1024_gflops"] = square_rate;
+      sgemm_json.push_back(sj);
+      for (const bench::ModelRun& m : opt.models) {
+        const cleave::ModelSpec& spec = specs.at(m.name);
+        const FlopCount& fc = flops.at(m.name + ":" + std::to_string(m.batch));
+        cleave::DeviceOptions dopts;
+        dopts.threads = threads;
+        CleaveRun run(cleave::open_device("cpu", dopts), spec, m.batch, opt.seed);
+        run.time(opt.warmup);
+        const int64_t steps = steps_per_rep(run, opt);
+        const ModelMeasurement mm = measure_model(run, m, fc, threads, steps, opt, torch, have_torch);
+        const double c_med = bench::median(mm.cleave), t_med = bench::median(mm.torch);
+        const double gflops = c_med / static_cast<double>(m.batch) * fc.required * 1e-9;
+        // sgemm alone on exactly the model's GEMMs (interleaved with cleave's repetitions):
+        // the fraction is the median over repetitions of (sgemm-only time / cleave step time).
+        const Row row{m.name, threads, m.batch, steps, c_med, t_med, gflops, gflops / square_rate,
+                      fc.all_linear() ? bench::median(mm.fractions) : 0.0};
+        rows.push_back(row);
+        results.push_back(row_json(row, mm, fc, square_rate, opt.reps));
+        std::printf("%s batch %lld, %d thread%s: cleave %.0f samples/s%s  (%lld steps x %d reps)\n", m.name.c_str(),
+                    static_cast<long long>(m.batch), threads, threads == 1 ? "" : "s", c_med,
+                    mm.torch.empty() ? "" : (", torch " + fmt("%.0f", t_med) + " samples/s").c_str(),
+                    static_cast<long long>(steps), opt.reps);
+        if (opt.profile) profiles.push_back(profile_steps(spec, m.batch, threads, opt.seed, std::max<int64_t>(steps, 10)));
+      }
+    }
+  } catch (const std::exception& e) {
+    std::cerr << "bench_train_step: " << e.what() << "\n";
+    return 1;
+  }
+  torch.stop();
+  print_table(rows);
 
   report["sgemm"] = sgemm_json;
   report["results"] = results;
