@@ -7,17 +7,14 @@
 #include <sys/wait.h>
 
 #include <chrono>
-#include <fstream>
-#include <iterator>
 #include <string>
 #include <thread>
 
+#include "apps/common/processes.h"
+
 namespace cleave::testing {
 
-inline std::string read_text(const std::string& path) {
-  std::ifstream in(path);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
+using ::cleave::read_text;
 
 inline size_t count_of(const std::string& text, const std::string& needle) {
   size_t n = 0;

@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <deque>
@@ -15,6 +16,8 @@
 #include <csignal>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <thread>
 
 #include <stdexcept>
@@ -35,6 +38,26 @@ void install_interrupt_handler() {
 
 bool interrupted() { return g_interrupted; }
 
+std::string find_on_path(const std::vector<std::string>& names) {
+  const char* path = std::getenv("PATH");
+  const std::string dirs = path ? path : "/usr/bin:/bin";
+  for (const std::string& name : names) {
+    for (size_t start = 0; start <= dirs.size();) {
+      const size_t end = std::min(dirs.find(':', start), dirs.size());
+      const std::string dir = dirs.substr(start, end - start);
+      const std::string candidate = (std::filesystem::path(dir) / name).string();
+      if (!dir.empty() && ::access(candidate.c_str(), X_OK) == 0) return candidate;
+      start = end + 1;
+    }
+  }
+  return {};
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
 std::string find_cleaved() {
   namespace fs = std::filesystem;
   std::error_code ec;
@@ -43,17 +66,7 @@ std::string find_cleaved() {
     for (fs::path candidate : {self.parent_path() / "cleaved", self.parent_path().parent_path() / "cleaved" / "cleaved"})
       if (fs::exists(candidate)) return candidate.string();
   }
-  if (const char* path = std::getenv("PATH")) {
-    std::string p = path;
-    size_t start = 0;
-    while (start <= p.size()) {
-      size_t end = p.find(':', start);
-      if (end == std::string::npos) end = p.size();
-      fs::path candidate = fs::path(p.substr(start, end - start)) / "cleaved";
-      if (!p.substr(start, end - start).empty() && fs::exists(candidate)) return candidate.string();
-      start = end + 1;
-    }
-  }
+  if (std::string on_path = find_on_path({"cleaved"}); !on_path.empty()) return on_path;
   throw std::runtime_error("cannot find the cleaved binary next to cleave or on PATH: build it (scripts/build.sh)");
 }
 

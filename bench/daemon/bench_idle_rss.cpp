@@ -83,6 +83,7 @@
 namespace {
 
 namespace fs = std::filesystem;
+using cleave::read_text;
 using Clock = std::chrono::steady_clock;
 constexpr double kTargetMiB = 16.0;
 constexpr double kKiB = 1024.0;
@@ -109,11 +110,6 @@ struct Sample {
   int gpu_libraries = 0;                 // distinct CUDA / OpenCL libraries mapped
   nlohmann::json top;                    // the mappings with the most resident memory
 };
-
-std::string read_all(const std::string& path) {
-  std::ifstream in(path);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
 
 using cleave::bench::load_average;
 
@@ -162,7 +158,7 @@ void read_mappings(pid_t pid, Sample& s) {
 void count_pages(pid_t pid, const std::string& guest_maps, Sample& s) {
   const cleave::bench::Resident r =
       guest_maps.empty()
-          ? cleave::bench::resident_pages(pid, cleave::bench::parse_maps(read_all("/proc/" + std::to_string(pid) + "/maps")))
+          ? cleave::bench::resident_pages(pid, cleave::bench::parse_maps(read_text("/proc/" + std::to_string(pid) + "/maps")))
           : cleave::bench::guest_resident(pid, guest_maps);
   s.status["Pages"] = r.kib;
   s.status["PagesAnon"] = r.anon_kib;
@@ -171,7 +167,7 @@ void count_pages(pid_t pid, const std::string& guest_maps, Sample& s) {
 
 Sample sample(pid_t pid, const std::string& guest_maps = "") {
   Sample s;
-  std::istringstream status(read_all("/proc/" + std::to_string(pid) + "/status"));
+  std::istringstream status(read_text("/proc/" + std::to_string(pid) + "/status"));
   std::string key;
   while (status >> key) {
     double v = 0;
@@ -189,8 +185,8 @@ Sample sample(pid_t pid, const std::string& guest_maps = "") {
 // Waits up to 60 s for `needle` in the daemon's log; throws with the log otherwise.
 void wait_for_log(const std::string& log, const std::string& needle, const std::function<void()>& while_waiting) {
   const auto end = Clock::now() + std::chrono::seconds(60);
-  while (read_all(log).find(needle) == std::string::npos) {
-    if (Clock::now() > end) throw std::runtime_error("cleaved never logged '" + needle + "':\n" + read_all(log));
+  while (read_text(log).find(needle) == std::string::npos) {
+    if (Clock::now() > end) throw std::runtime_error("cleaved never logged '" + needle + "':\n" + read_text(log));
     while_waiting();
   }
 }
@@ -249,7 +245,7 @@ Sample run_once(const Args& a, const std::string& setup) {
     wait_for_log(log, "GFLOP/s measured", [&] { serve_for(server.get(), 0.05, &registered); });
     const auto end = Clock::now() + std::chrono::seconds(60);
     while (!registered && Clock::now() < end) serve_for(server.get(), 0.1, &registered);
-    if (!registered) throw std::runtime_error("the daemon never registered:\n" + read_all(log));
+    if (!registered) throw std::runtime_error("the daemon never registered:\n" + read_text(log));
     serve_for(server.get(), a.settle, nullptr);
     s = sample(pid, maps);
   } catch (...) {
@@ -286,7 +282,7 @@ std::pair<pid_t, std::string> start_fed_coordinator(const cleave::bench::LocalDa
                                    keys.allow(), "--listen", "tcp://127.0.0.1:*", "--shutdown-clients"},
                                   fed_log);
   wait_for_log(fed_log, "listening on ", [] { std::this_thread::sleep_for(std::chrono::milliseconds(50)); });
-  const std::string text = read_all(fed_log);
+  const std::string text = read_text(fed_log);
   const size_t at = text.find("listening on ") + 13;
   return {pid, text.substr(at, text.find(',', at) - at)};
 }
@@ -328,8 +324,8 @@ Sample run_job_once(const Args& a) {
   }
   if (!exited) cleave::terminate(pid);
   cleave::terminate(coordinator);
-  if (!exited) throw std::runtime_error("the daemon's job ran past 10 minutes:\n" + read_all(dir + "/job.log"));
-  if (peak.status["VmRSS"] <= 0) throw std::runtime_error("the daemon's job left no sample:\n" + read_all(dir + "/job.log"));
+  if (!exited) throw std::runtime_error("the daemon's job ran past 10 minutes:\n" + read_text(dir + "/job.log"));
+  if (peak.status["VmRSS"] <= 0) throw std::runtime_error("the daemon's job left no sample:\n" + read_text(dir + "/job.log"));
   return peak;
 }
 
@@ -362,15 +358,15 @@ Sample run_sdk_once(const Args& a, const std::string& setup) {
       wait_for_log(log, "waiting 1", [&] { serve_for(server.get(), 0.05, nullptr); });
       serve_for(server.get(), a.settle, nullptr);
       s = sample(pid);
-      s.status["Added"] = s.status["VmRSS"] - app_value(read_all(log), "baseline_kib");
+      s.status["Added"] = s.status["VmRSS"] - app_value(read_text(log), "baseline_kib");
     } else {
       wait_for_log(log, "end_kib", [] { std::this_thread::sleep_for(std::chrono::milliseconds(100)); });
-      const std::string out = read_all(log);
+      const std::string out = read_text(log);
       s.status["VmRSS"] = app_value(out, "job_peak_kib");
       s.status["Added"] = s.status["VmRSS"] - app_value(out, "baseline_kib");
     }
-    s.status["Baseline"] = app_value(read_all(log), "baseline_kib");
-    s.status["Loaded"] = app_value(read_all(log), "loaded_kib");
+    s.status["Baseline"] = app_value(read_text(log), "baseline_kib");
+    s.status["Loaded"] = app_value(read_text(log), "loaded_kib");
   } catch (...) {
     cleave::terminate(pid);
     if (coordinator > 0) cleave::terminate(coordinator);
@@ -431,7 +427,7 @@ Args parse(int argc, char** argv) {
 nlohmann::json machine(double load_start) {
   utsname u{};
   uname(&u);
-  std::istringstream mem(read_all("/proc/meminfo"));
+  std::istringstream mem(read_text("/proc/meminfo"));
   std::string key;
   double total_kib = 0;
   while (mem >> key)

@@ -1,5 +1,7 @@
 #include "bench/daemon/resident_pages.h"
 
+#include "apps/common/processes.h"
+
 #include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
@@ -37,11 +39,6 @@ std::vector<MapRange> parse_maps(const std::string& text) {
 namespace {
 
 constexpr uint64_t kPresent = 1ull << 63, kFileOrShared = 1ull << 61;
-
-std::string read_text(const std::string& path) {
-  std::ifstream in(path);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
 
 }  // namespace
 

@@ -130,11 +130,6 @@ const std::vector<std::string> kDevices = {"dev1", "dev2", "dev3", "dev4"};  // 
 constexpr int kStages = 3;
 constexpr size_t kSpare = 3;  // kDevices' index of the spare
 
-std::string read_text(const std::string& path) {
-  std::ifstream in(path);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
 // The 4 daemons of a run (dev1..dev3 for the stages, dev4 the spare), one
 // CPU thread each. Keys (and the coordinator's) from LocalDaemons, in its
 // temporary directory; the processes are started here because

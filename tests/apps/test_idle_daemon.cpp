@@ -19,16 +19,11 @@ using namespace cleave::cli_test;
 
 namespace {
 
-std::string read_all(const std::string& path) {
-  std::ifstream in(path);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
 // Waits up to `seconds` for `needle` in the file at `path`.
 bool wait_for_text(const std::string& path, const std::string& needle, int seconds) {
   const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
   while (std::chrono::steady_clock::now() < end) {
-    if (read_all(path).find(needle) != std::string::npos) return true;
+    if (read_text(path).find(needle) != std::string::npos) return true;
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   return false;
@@ -45,9 +40,9 @@ TEST_CASE("an idle cleaved --backend cpu maps no CUDA or OpenCL library", "[cli]
                           log);
   // After the start-up probe the daemon has opened its device and only dials.
   const bool started = wait_for_text(log, "GFLOP/s measured", 60);
-  const std::string maps = read_all("/proc/" + std::to_string(pid) + "/maps");
+  const std::string maps = read_text("/proc/" + std::to_string(pid) + "/maps");
   terminate(pid);
-  INFO("cleaved log:\n" << read_all(log));
+  INFO("cleaved log:\n" << read_text(log));
   REQUIRE(started);
   REQUIRE(!maps.empty());
   for (const std::string lib : {"libcuda", "libcublas", "libOpenCL", "libclblast", "libpocl", "libcleave-backend-"}) {

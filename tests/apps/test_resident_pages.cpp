@@ -20,18 +20,15 @@
 #include <thread>
 #include <vector>
 
+#include "apps/common/processes.h"
 #include "bench/daemon/resident_pages.h"
 #include "skip.h"
 
 namespace fs = std::filesystem;
 using namespace cleave::bench;
+using cleave::read_text;
 
 namespace {
-
-std::string read_text(const std::string& path) {
-  std::ifstream in(path);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
 
 // A field of /proc/PID/status, in KiB.
 double status_kib(pid_t pid, const std::string& key) {
@@ -41,18 +38,6 @@ double status_kib(pid_t pid, const std::string& key) {
 }
 
 double own_pages_kib() { return resident_pages(getpid(), parse_maps(read_text("/proc/self/maps"))).kib; }
-
-std::string on_path(const std::string& name) {
-  const char* path = std::getenv("PATH");
-  std::string dirs = path ? path : "/usr/bin:/bin";
-  for (size_t start = 0; start <= dirs.size();) {
-    const size_t end = std::min(dirs.find(':', start), dirs.size());
-    const fs::path candidate = fs::path(dirs.substr(start, end - start)) / name;
-    if (access(candidate.c_str(), X_OK) == 0) return candidate;
-    start = end + 1;
-  }
-  return {};
-}
 
 // An arm64 program that touches argv[1] MiB, says "ready" and waits.
 const char* kTouch =
@@ -105,8 +90,8 @@ TEST_CASE("qemu's guest base is the shift most of the guest's file mappings agre
 
 TEST_CASE("an emulated program's guest pages grow by what it touches and leave qemu's memory out",
           "[bench][footprint]") {
-  const std::string qemu = !on_path("qemu-aarch64-static").empty() ? on_path("qemu-aarch64-static") : on_path("qemu-aarch64");
-  const std::string cc = on_path("aarch64-linux-gnu-gcc");
+  const std::string qemu = cleave::find_on_path({"qemu-aarch64-static", "qemu-aarch64"});
+  const std::string cc = cleave::find_on_path({"aarch64-linux-gnu-gcc"});
   if (qemu.empty() || cc.empty())
     CLEAVE_SKIP("needs qemu-aarch64 and aarch64-linux-gnu-gcc (scripts/cross-build.sh aarch64 --deps-only installs them)");
   const fs::path dir = fs::temp_directory_path() / ("cleave-guest-pages-" + std::to_string(getpid()));

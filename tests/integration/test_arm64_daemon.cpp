@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "apps/common/processes.h"
 #include "core/runtime/coordinator/pipeline.h"
 #include "core/train/local_trainer.h"
 #include "integration/daemon_cluster.h"
@@ -35,21 +36,6 @@ namespace {
 std::string arm64_build_dir() {
   const char* env = std::getenv("CLEAVE_ARM64_BUILD_DIR");
   return env && *env ? env : std::string(CLEAVE_SOURCE_DIR) + "/build-aarch64";
-}
-
-std::string find_on_path(const std::vector<std::string>& names) {
-  const char* path = std::getenv("PATH");
-  std::string dirs = path ? path : "/usr/bin:/bin";
-  for (const std::string& name : names) {
-    size_t start = 0;
-    while (start <= dirs.size()) {
-      const size_t end = std::min(dirs.find(':', start), dirs.size());
-      const fs::path candidate = fs::path(dirs.substr(start, end - start)) / name;
-      if (access(candidate.c_str(), X_OK) == 0) return candidate;
-      start = end + 1;
-    }
-  }
-  return {};
 }
 
 // The ELF header's class, byte order and machine: 64-bit, little-endian, AArch64.

@@ -42,13 +42,6 @@ namespace {
 const char* kTinyModel = R"({"name": "tiny", "input": [2], "loss": "cross_entropy",
   "layers": [{"type": "linear", "out_features": 4}, {"type": "relu"}, {"type": "linear", "out_features": 2}]})";
 
-std::string read_text(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 void write_file(const std::string& path, const std::string& text) {
   std::ofstream out(path);
   out << text;

@@ -23,14 +23,10 @@
 namespace cleave::testing::sdk {
 
 using namespace std::chrono_literals;
+using ::cleave::read_text;
 
 constexpr int64_t kLimit = 1200;  // training samples sharded over the two clients
 constexpr int kRounds = 2;
-
-inline std::string read_text(const std::string& path) {
-  std::ifstream in(path);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
 
 // cleaved's data flags for shard i of 2.
 inline std::vector<std::string> client_flags(int shard) {

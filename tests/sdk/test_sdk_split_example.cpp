@@ -27,15 +27,11 @@
 
 namespace {
 
+using cleave::read_text;
 using cleave::testing::DaemonCluster;
 using namespace std::chrono_literals;
 
 constexpr int64_t kLimit = 640;  // training samples over the two clients
-
-std::string read_text(const std::string& path) {
-  std::ifstream in(path);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
 
 cleave::TrainConfig config() {
   cleave::TrainConfig c;
