@@ -659,14 +659,20 @@ int main(int argc, char** argv) {
 
   std::map<std::string, cleave::ModelSpec> specs;
   std::map<std::string, FlopCount> flops;  // by "name:batch"
-  try {
-    for (const bench::ModelRun& m : opt.models) {
+  for (const bench::ModelRun& m : opt.models) {
+    try {
       if (!specs.count(m.name)) specs[m.name] = cleave::ModelSpec::load(opt.models_dir + "/" + m.name + ".json");
-      flops[m.name + ":" + std::to_string(m.batch)] = count_flops(specs.at(m.name), m.batch);
+    } catch (const std::exception& e) {
+      std::cerr << "bench_train_step: " << e.what() << " (use --models-dir)\n";
+      return 1;
     }
-  } catch (const std::exception& e) {
-    std::cerr << "bench_train_step: " << e.what() << " (use --models-dir)\n";
-    return 1;
+    try {
+      flops[m.name + ":" + std::to_string(m.batch)] = count_flops(specs.at(m.name), m.batch);
+    } catch (const std::exception& e) {
+      std::cerr << "bench_train_step: cannot count the FLOPs of " << m.name << " at batch " << m.batch << ": "
+                << e.what() << "\n";
+      return 1;
+    }
   }
 
   json report;
