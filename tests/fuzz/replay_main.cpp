@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -62,7 +63,10 @@ std::vector<Message> seed_messages() {
     t.encoding = e;
     out.push_back(make_tensor_message(t, std::make_shared<const std::vector<float>>(v)));
   }
-  out.push_back(make_weights_message(WeightsMsg{0, 2, 100, 0}, v.data(), v.size(), nullptr));
+  // Zero-copy: the message keeps its own copy of the values alive (over `v`, the
+  // seed read freed memory once this function returned, and changed run to run).
+  const auto weights = std::make_shared<const std::vector<float>>(v);
+  out.push_back(make_weights_message(WeightsMsg{0, 2, 100, 0}, weights->data(), weights->size(), weights));
   out.push_back(make_probe_message(1, 16, true));
   SecAggMsg keys;
   keys.round = 2;
