@@ -63,6 +63,18 @@ bool prepare_checkpoint_dir(CLI::App& cmd, const TrainFlags& flags, FedOptions& 
   return !given && resume_dir.empty() && flags.config.save_path.empty();
 }
 
+// Removes the run's temporary checkpoint directory; with `unless_resumable`,
+// only when it holds no checkpoint to resume from (or cannot be read).
+void remove_temporary_dir(const std::string& dir, bool unless_resumable = false) {
+  try {
+    if (unless_resumable && !CheckpointDir(dir).list().empty()) return;
+  } catch (const std::exception&) {
+    return;
+  }
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
+}
+
 void print_summary(const nlohmann::json& result) {
   std::printf("test_accuracy %.4f  rounds %zu  strategy %s  wall %.1f s", result["test_accuracy"].get<double>(),
               result["rounds"].size(), result["strategy"].get<std::string>().c_str(),
@@ -163,11 +175,16 @@ void add_fed_command(CLI::App& root) {
     }
     prepare_coordinator(*o, "cleave fed");
     const bool temporary = prepare_checkpoint_dir(*cmd, *flags, *o, *resume_dir);
-    nlohmann::json result = train_federated(flags->config, *o);
-    if (temporary) {
-      std::error_code ec;
-      std::filesystem::remove_all(o->checkpoint_dir, ec);
+    nlohmann::json result;
+    try {
+      result = train_federated(flags->config, *o);
+    } catch (...) {
+      // A run that failed before its first checkpoint has nothing to resume:
+      // its temporary directory (only command.json in it) goes with it.
+      if (temporary) remove_temporary_dir(o->checkpoint_dir, true);
+      throw;
     }
+    if (temporary) remove_temporary_dir(o->checkpoint_dir);
     write_result_json(flags->json_path, result);
     print_summary(result);
   });

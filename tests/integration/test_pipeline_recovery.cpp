@@ -262,3 +262,33 @@ TEST_CASE("cleave train --resume refuses what it cannot resume, saying why", "[i
   CHECK(wait_exit(q, 30) == 2);
   CHECK(read_text(cluster.dir() + "/b.log").find("--checkpoint-every is for pipeline training") != std::string::npos);
 }
+
+// A run that fails before its first checkpoint has nothing to resume: the
+// temporary checkpoint directory it made (under TMPDIR) goes with it.
+TEST_CASE("cleave train and cleave fed that fail before a checkpoint leave no temporary checkpoint directory",
+          "[integration][pipeline][recovery]") {
+  CLEAVE_SKIP_UNLESS_FASHION_MNIST();
+  const std::string cleave_bin = std::string(CLEAVE_BINARY_DIR) + "/apps/cleave/cleave";
+  const std::string mlp = std::string(CLEAVE_SOURCE_DIR) + "/models/mlp.json";
+  DaemonCluster cluster(1);
+  const std::string tmp = cluster.dir() + "/tmp";
+  fs::create_directories(tmp);
+  const std::vector<std::string> common = {"--model",    mlp, "--limit-test", "32", "--insecure", "--listen",
+                                           "tcp://127.0.0.1:*", "--register-timeout", "500", "--no-progress"};
+  struct Run {
+    const char* tag;
+    std::vector<std::string> flags;
+  };
+  for (const Run& run : {Run{"train", {"train", "--devices", "1", "--limit-train", "64"}}, Run{"fed", {"fed", "--clients", "1"}}}) {
+    std::vector<std::string> argv = {"/usr/bin/env", "TMPDIR=" + tmp, cleave_bin};
+    argv.insert(argv.end(), run.flags.begin(), run.flags.end());
+    argv.insert(argv.end(), common.begin(), common.end());
+    const std::string log = cluster.dir() + "/" + run.tag + ".log";
+    const int code = wait_exit(cleave::spawn(argv, log), 60);
+    INFO(run.tag << ":\n" << read_text(log));
+    CHECK(code == 1);  // no device registered within 0.5 s
+    std::vector<std::string> left;
+    for (const auto& e : fs::directory_iterator(tmp)) left.push_back(e.path().filename().string());
+    CHECK(left.empty());
+  }
+}

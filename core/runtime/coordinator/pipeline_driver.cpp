@@ -28,7 +28,19 @@ namespace pipeline_detail {
 
 using namespace transport;
 
+// A run that fails before its first checkpoint leaves nothing to resume: its
+// temporary checkpoint directory (made by the CLI before the run starts, or
+// by open_checkpoints) goes with it, whatever the failure.
 nlohmann::json Driver::run() {
+  try {
+    return run_job();
+  } catch (...) {
+    if (resume_hint().empty()) remove_temporary_checkpoints();
+    throw;
+  }
+}
+
+nlohmann::json Driver::run_job() {
   load_inputs();
   // Nothing a peer sends this job may be larger than its biggest state block or batch tensor.
   session_ = std::make_unique<Session>(session_options(
@@ -54,9 +66,7 @@ nlohmann::json Driver::run() {
             }
           }
         } catch (const std::runtime_error& e) {
-          const std::string hint = resume_hint();  // "" before the first checkpoint
-          if (hint.empty()) remove_temporary_checkpoints();
-          throw std::runtime_error(e.what() + hint);
+          throw std::runtime_error(e.what() + resume_hint());  // "" before the first checkpoint
         }
         auto cpu = open_device("cpu", DeviceOptions{});
         Partition whole(*cpu, spec_, 0, spec_.num_layers());

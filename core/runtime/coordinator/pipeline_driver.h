@@ -68,7 +68,8 @@ class Driver {
   nlohmann::json run();
 
  private:
-  // Phases (pipeline_driver.cpp), in the order run() calls them.
+  nlohmann::json run_job();
+  // Phases (pipeline_driver.cpp), in the order run_job() calls them.
   void load_inputs();
   void register_devices();
   nlohmann::json profile_result();  // `cleave profile`: what profile_cluster measured

@@ -271,10 +271,14 @@ std::string Driver::resume_hint() const {
          checkpoints_->dir() + "` once enough cleaved daemons are running";
 }
 
+// The directory is ours when open_checkpoints made it, or when the CLI did
+// (resolve_checkpoint_dir) and the run failed before opening it.
 void Driver::remove_temporary_checkpoints() {
-  if (!temporary_checkpoints_ || !checkpoints_) return;
+  const bool ours = checkpoints_ ? temporary_checkpoints_ : opts_.checkpoint_dir_temporary;
+  const std::string dir = checkpoints_ ? checkpoints_->dir() : opts_.checkpoint_dir;
+  if (!ours || dir.empty()) return;
   std::error_code ec;
-  std::filesystem::remove_all(checkpoints_->dir(), ec);  // nothing to resume: the run finished
+  std::filesystem::remove_all(dir, ec);  // nothing to resume: the run finished, or failed before a checkpoint
 }
 
 nlohmann::json Driver::recovery_json() const {
