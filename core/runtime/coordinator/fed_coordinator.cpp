@@ -30,6 +30,7 @@
 #include "core/train/train_checkpoint.h"
 #include "core/util/rng.h"
 #include "transport/log.h"
+#include "core/util/seconds_text.h"
 
 namespace cleave {
 
@@ -407,7 +408,7 @@ void FedDriver::register_clients() {
       [&](const std::string& names) {
         const std::string refused = session_->refused_registrations();
         return "only " + std::to_string(clients_.size()) + " of " + std::to_string(opts_.clients) +
-               " federated clients registered within " + std::to_string(opts_.register_timeout_ms / 1000) + " s" +
+               " federated clients registered within " + seconds_text(opts_.register_timeout_ms) +
                (names.empty() ? "" : " (" + names + ")") + refused +
                ": start cleaved with --dataset and --shard i/N and its key on the allow-list";
       });

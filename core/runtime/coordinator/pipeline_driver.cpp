@@ -22,6 +22,7 @@
 #include "core/train/train_result.h"
 #include "device/device.h"
 #include "transport/log.h"
+#include "core/util/seconds_text.h"
 
 namespace cleave {
 namespace pipeline_detail {
@@ -119,7 +120,7 @@ void Driver::register_devices() {
       },
       [&](const std::string& names) {
         std::string text = "only " + std::to_string(devices_.size()) + " of " + std::to_string(opts_.devices) +
-                           " devices registered within " + std::to_string(opts_.register_timeout_ms / 1000) + " s" +
+                           " devices registered within " + seconds_text(opts_.register_timeout_ms) +
                            (names.empty() ? "" : " (" + names + ")") + ": start more cleaved daemons with keys in " +
                            opts_.allow_path;
         return text + session_->refused_registrations();
@@ -730,7 +731,7 @@ Received Driver::wait_for_reply(const std::string& peer, uint64_t request_id, co
     if (got) keep_reply(std::move(*got));
   }
   const std::string text =
-      "device " + peer + " did not answer " + what + " within " + std::to_string(timeout.count() / 1000) + " s";
+      "device " + peer + " did not answer " + what + " within " + seconds_text(timeout.count());
   if (is_stage(peer)) throw DeviceLost(text, peer, "did not answer " + std::string(what));
   fail(text);
 }

@@ -20,6 +20,7 @@
 #include "core/runtime/coordinator/pipeline_driver.h"
 #include "core/train/train_data.h"
 #include "transport/log.h"
+#include "core/util/seconds_text.h"
 
 namespace cleave {
 
@@ -191,7 +192,7 @@ void Driver::settle_stages() {
     }
   }
   for (const std::string& name : waiting)
-    pool.mark_dead(name, "did not leave its job within " + std::to_string((opts_.peer_timeout_ms + 3000) / 1000) + " s");
+    pool.mark_dead(name, "did not leave its job within " + seconds_text(opts_.peer_timeout_ms + 3000));
   left_job_.clear();
 }
 

@@ -25,6 +25,7 @@
 #include "core/train/train_data.h"
 #include "transport/codec.h"
 #include "transport/log.h"
+#include "core/util/seconds_text.h"
 
 namespace cleave {
 
@@ -407,7 +408,7 @@ void SplitDriver::register_daemons() {
       [&](const std::string& names) {
         const std::string refused = session_->refused_registrations();
         return "split learning needs " + std::to_string(opts_.clients) + " client(s) with data and one server; within " +
-               std::to_string(opts_.register_timeout_ms / 1000) + " s " + std::to_string(clients_.size()) +
+               seconds_text(opts_.register_timeout_ms) + " " + std::to_string(clients_.size()) +
                " client(s) and " + (have_server() ? "a" : "no") + " server registered" +
                (names.empty() ? "" : " (" + names + ")") +
                refused + ": start clients with cleaved --dataset ... --shard i/N, a server with plain cleaved" +
