@@ -63,6 +63,7 @@
 #include "core/nn/loss.h"
 #include "core/optim/optimizer.h"
 #include "core/util/rng.h"
+#include "core/util/seconds.h"
 #include "device/device.h"
 
 #ifndef CLEAVE_SOURCE_DIR
@@ -73,12 +74,12 @@ namespace {
 
 namespace bench = cleave::bench;
 
+using cleave::seconds_since;
 using cleave::Shape;
 using cleave::Tensor;
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
-double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 using cleave::bench::load_average;
 
@@ -448,7 +449,7 @@ int64_t calibrate_calls(const std::function<void()>& call, const std::function<v
     const auto t0 = Clock::now();
     for (int64_t i = 0; i < n; ++i) call();
     sync();
-    const double t = since(t0);
+    const double t = seconds_since(t0);
     if (t >= 0.02 || n >= (int64_t{1} << 20)) {
       const double per_call = t / static_cast<double>(n);
       return std::clamp<int64_t>(static_cast<int64_t>(seconds / reps / per_call + 0.5), 1, int64_t{1} << 24);
@@ -461,7 +462,7 @@ double time_batch(const std::function<void()>& call, const std::function<void()>
   const auto t0 = Clock::now();
   for (int64_t i = 0; i < calls; ++i) call();
   sync();
-  return since(t0);
+  return seconds_since(t0);
 }
 
 struct GemmResult {
@@ -652,8 +653,8 @@ int main(int argc, char** argv) {
       continue;
     }
     bj["device"] = dev->name();
-    bj["open_seconds"] = since(t_open);
-    std::printf("\n%s: %s (opened in %.2f s)\n", name.c_str(), dev->name().c_str(), since(t_open));
+    bj["open_seconds"] = seconds_since(t_open);
+    std::printf("\n%s: %s (opened in %.2f s)\n", name.c_str(), dev->name().c_str(), seconds_since(t_open));
     std::fflush(stdout);
     try {
       std::unique_ptr<LibraryGemm> lib = make_library_gemm(name, opt.ordinal);
@@ -701,14 +702,14 @@ int main(int argc, char** argv) {
                    {"optimizer", "adam lr 1e-3"}}},
                  {"backends", backends_json}};
   report["machine"]["load_average_end"] = load_average();
-  report["wall_seconds"] = since(t_start);
+  report["wall_seconds"] = seconds_since(t_start);
   try {
     cleave::write_json_file(opt.json_path, report);
   } catch (const std::exception& e) {
     std::cerr << "bench_backends: cannot write the results: " << e.what() << "\n";
     return 1;
   }
-  std::printf("wrote %s (%.0f s)\n", opt.json_path.c_str(), since(t_start));
+  std::printf("wrote %s (%.0f s)\n", opt.json_path.c_str(), seconds_since(t_start));
   if (measured == 0) {
     std::cerr << "bench_backends: no backend could be measured\n";
     return 1;

@@ -61,6 +61,7 @@
 #include "core/nn/loss.h"
 #include "core/optim/optimizer.h"
 #include "core/util/rng.h"
+#include "core/util/seconds.h"
 #include "device/device.h"
 
 #ifndef CLEAVE_SOURCE_DIR
@@ -74,12 +75,12 @@ namespace {
 
 namespace bench = cleave::bench;
 
+using cleave::seconds_since;
 using cleave::Shape;
 using cleave::Tensor;
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
-double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 std::vector<double> load_average() {
   double l[3] = {0, 0, 0};
@@ -278,7 +279,7 @@ GemmRate measure_sgemm(const GemmShape& s, int reps, double seconds) {
     do {
       run();
       ++calls;
-      elapsed = since(t0);
+      elapsed = seconds_since(t0);
     } while (elapsed < seconds);
     r.gflops.push_back(s.flops() * static_cast<double>(calls) / elapsed * 1e-9);
   }
@@ -315,7 +316,7 @@ class GemmStep {
                     static_cast<int>(s.ta ? s.m : s.k), b[1].data(), static_cast<int>(s.tb ? s.k : s.n), 0.0f,
                     b[2].data(), static_cast<int>(s.n));
       }
-    return since(t0);
+    return seconds_since(t0);
   }
 
  private:
@@ -541,8 +542,8 @@ int64_t steps_per_rep(CleaveRun& run, const Options& opt) {
   do {
     run.step();
     ++n;
-  } while (since(t0) < 0.3 || n < 2);
-  const double per_step = since(t0) / static_cast<double>(n);
+  } while (seconds_since(t0) < 0.3 || n < 2);
+  const double per_step = seconds_since(t0) / static_cast<double>(n);
   return std::clamp<int64_t>(static_cast<int64_t>(opt.seconds / opt.reps / per_step + 0.5), 2, 1000000);
 }
 
@@ -742,13 +743,13 @@ int main(int argc, char** argv) {
   report["results"] = results;
   if (opt.profile) report["profile"] = profiles;
   report["machine"]["load_average_end"] = load_average();
-  report["wall_seconds"] = since(t_start);
+  report["wall_seconds"] = seconds_since(t_start);
   try {
     cleave::write_json_file(opt.json_path, report);
   } catch (const std::exception& e) {
     std::cerr << "bench_train_step: cannot write the results: " << e.what() << "\n";
     return 1;
   }
-  std::printf("wrote %s (%.0f s)\n", opt.json_path.c_str(), since(t_start));
+  std::printf("wrote %s (%.0f s)\n", opt.json_path.c_str(), seconds_since(t_start));
   return 0;
 }

@@ -17,15 +17,12 @@
 #include "core/train/train_data.h"
 #include "core/train/train_result.h"
 #include "core/train/train_step.h"
+#include "core/util/seconds.h"
 
 namespace cleave {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
 
 // One run in one process: the model on its device, its optimizer, where
 // training stands, and what it has recorded so far.

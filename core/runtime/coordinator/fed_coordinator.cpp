@@ -30,7 +30,7 @@
 #include "core/train/train_checkpoint.h"
 #include "core/util/rng.h"
 #include "transport/log.h"
-#include "core/util/seconds_text.h"
+#include "core/util/seconds.h"
 
 namespace cleave {
 

@@ -22,7 +22,7 @@
 #include "core/train/train_result.h"
 #include "device/device.h"
 #include "transport/log.h"
-#include "core/util/seconds_text.h"
+#include "core/util/seconds.h"
 
 namespace cleave {
 namespace pipeline_detail {

@@ -20,7 +20,7 @@
 #include "core/runtime/coordinator/pipeline_driver.h"
 #include "core/train/train_data.h"
 #include "transport/log.h"
-#include "core/util/seconds_text.h"
+#include "core/util/seconds.h"
 
 namespace cleave {
 

@@ -16,8 +16,6 @@ namespace cleave {
 using namespace transport;
 using Clock = std::chrono::steady_clock;
 
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
-
 size_t job_payload_cap(const ModelSpec& spec, const std::string& optimizer_kind, double momentum, int64_t batch) {
   const ModelProfile profile = profile_model(spec, optimizer_kind, momentum);
   int64_t state = 0, widest = profile.input_bytes_per_sample;

@@ -29,6 +29,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/runtime/coordinator/peer_pool.h"
+#include "core/util/seconds.h"
 #include "transport/endpoint.h"
 #include "transport/message.h"
 
@@ -170,8 +171,5 @@ class Session {
   std::map<std::string, std::string> refused_registrations_;  // daemon -> why its registration was refused
   std::unique_ptr<SessionMetrics> metrics_;  // null unless a coordinator monitor is installed
 };
-
-// Seconds since `t0`.
-double seconds_since(std::chrono::steady_clock::time_point t0);
 
 }  // namespace cleave

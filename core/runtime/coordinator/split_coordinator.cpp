@@ -25,7 +25,7 @@
 #include "core/train/train_data.h"
 #include "transport/codec.h"
 #include "transport/log.h"
-#include "core/util/seconds_text.h"
+#include "core/util/seconds.h"
 
 namespace cleave {
 

@@ -7,6 +7,7 @@
 
 #include "core/model/partition.h"
 #include "core/util/rng.h"
+#include "core/util/seconds.h"
 #include "core/util/stats.h"
 
 namespace cleave {
@@ -36,10 +37,6 @@ Tensor profile_gradient(Device& device, const ModelSpec& spec, int i, int64_t sa
   Tensor dy(device, ys);
   device.fill(dy, 0.01f);
   return dy;
-}
-
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
 // A layer's backward as the schedule runs it: whole, or (zb1) its input

@@ -1,11 +1,18 @@
-// seconds_text.h: a timeout or wait in milliseconds as messages print it.
+// seconds.h: time in seconds, for measurements and for the messages that
+// name a timeout.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <string>
 
 namespace cleave {
+
+// Seconds since `t0` on the steady clock.
+inline double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
 
 // "0.5 s", "2.5 s", "120 s": tenths below ten seconds (so that a 500 ms
 // --register-timeout does not read "within 0 s"), whole seconds from there.
