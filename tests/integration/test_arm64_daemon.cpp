@@ -25,6 +25,7 @@
 #include "core/runtime/coordinator/pipeline.h"
 #include "core/train/local_trainer.h"
 #include "integration/daemon_cluster.h"
+#include "integration/test_run.h"
 #include "skip.h"
 
 using namespace cleave;
@@ -58,18 +59,11 @@ std::string cached_sanitizers(const std::string& build) {
 }
 
 TrainConfig mlp_config() {
-  TrainConfig c;
-  c.model_path = std::string(CLEAVE_SOURCE_DIR) + "/models/mlp.json";
+  TrainConfig c = cleave::testing::test_run("models/mlp.json", 32, 11);
   c.epochs = 1;
-  c.batch = 32;
-  c.seed = 11;
   c.limit_train = 320;
   c.limit_test = 200;
   c.microbatches = 2;
-  c.optimizer.kind = "adam";
-  c.optimizer.lr = 1e-3f;
-  c.threads = 1;
-  c.progress = false;
   return c;
 }
 

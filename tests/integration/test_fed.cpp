@@ -25,6 +25,7 @@
 #include "core/train/train_checkpoint.h"
 #include "device/device.h"
 #include "integration/daemon_cluster.h"
+#include "integration/test_run.h"
 #include "log_capture.h"
 #include "skip.h"
 
@@ -35,15 +36,8 @@ namespace {
 
 
 TrainConfig fed_config(const std::string& model, int64_t limit_test) {
-  TrainConfig c;
-  c.model_path = std::string(CLEAVE_SOURCE_DIR) + "/" + model;
-  c.batch = 32;
-  c.seed = 5;
+  TrainConfig c = cleave::testing::test_run(model, 32, 5);
   c.limit_test = limit_test;
-  c.optimizer.kind = "adam";
-  c.optimizer.lr = 1e-3f;
-  c.threads = 1;
-  c.progress = false;
   return c;
 }
 

@@ -17,6 +17,7 @@
 #include "core/runtime/coordinator/fed_coordinator.h"
 #include "core/runtime/coordinator/pipeline.h"
 #include "integration/daemon_cluster.h"
+#include "integration/test_run.h"
 #include "skip.h"
 #include "transport/endpoint.h"
 #include "transport/keys.h"
@@ -28,17 +29,10 @@ using namespace std::chrono_literals;
 namespace {
 
 TrainConfig mlp_config(int64_t limit_train, int batch) {
-  TrainConfig c;
-  c.model_path = std::string(CLEAVE_SOURCE_DIR) + "/models/mlp.json";
+  TrainConfig c = cleave::testing::test_run("models/mlp.json", batch, 5);
   c.epochs = 1;
-  c.batch = batch;
-  c.seed = 5;
   c.limit_train = limit_train;
   c.limit_test = 200;
-  c.optimizer.kind = "adam";
-  c.optimizer.lr = 1e-3f;
-  c.threads = 1;
-  c.progress = false;
   return c;
 }
 

@@ -17,6 +17,7 @@
 #include "core/train/local_trainer.h"
 #include "core/train/train_checkpoint.h"
 #include "integration/daemon_cluster.h"
+#include "integration/test_run.h"
 #include "skip.h"
 
 using namespace cleave;
@@ -26,18 +27,11 @@ namespace {
 
 // 2 epochs of 10 steps (320 samples, batch 32) of the CNN with Adam.
 TrainConfig resume_config() {
-  TrainConfig c;
-  c.model_path = std::string(CLEAVE_SOURCE_DIR) + "/models/cnn.json";
+  TrainConfig c = cleave::testing::test_run("models/cnn.json", 32, 5);
   c.epochs = 2;
-  c.batch = 32;
-  c.seed = 5;
   c.limit_train = 320;
   c.limit_test = 200;
   c.microbatches = 2;
-  c.optimizer.kind = "adam";
-  c.optimizer.lr = 1e-3f;
-  c.threads = 1;
-  c.progress = false;
   return c;
 }
 

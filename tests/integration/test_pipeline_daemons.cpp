@@ -19,6 +19,7 @@
 #include "core/runtime/coordinator/pipeline.h"
 #include "core/train/local_trainer.h"
 #include "integration/daemon_cluster.h"
+#include "integration/test_run.h"
 #include "skip.h"
 
 using namespace cleave;
@@ -27,18 +28,11 @@ using cleave::testing::DaemonCluster;
 namespace {
 
 TrainConfig small_config(const std::string& model, int64_t limit_train, int64_t limit_test) {
-  TrainConfig c;
-  c.model_path = std::string(CLEAVE_SOURCE_DIR) + "/" + model;
+  TrainConfig c = cleave::testing::test_run(model, 32, 3);
   c.epochs = 1;
-  c.batch = 32;
-  c.seed = 3;
   c.limit_train = limit_train;
   c.limit_test = limit_test;
   c.microbatches = 4;
-  c.optimizer.kind = "adam";
-  c.optimizer.lr = 1e-3f;
-  c.threads = 1;
-  c.progress = false;
   return c;
 }
 

@@ -23,6 +23,7 @@
 #include "core/runtime/common/split_layout.h"
 #include "core/train/local_trainer.h"
 #include "integration/daemon_cluster.h"
+#include "integration/test_run.h"
 #include "skip.h"
 
 using namespace cleave;
@@ -33,16 +34,9 @@ namespace {
 std::string model_path(const std::string& model) { return std::string(CLEAVE_SOURCE_DIR) + "/" + model; }
 
 TrainConfig split_config(const std::string& model, int epochs, int64_t limit_test) {
-  TrainConfig c;
-  c.model_path = model_path(model);
+  TrainConfig c = cleave::testing::test_run(model, 64, 3);
   c.epochs = epochs;
-  c.batch = 64;
-  c.seed = 3;
   c.limit_test = limit_test;
-  c.optimizer.kind = "adam";
-  c.optimizer.lr = 1e-3f;
-  c.threads = 1;
-  c.progress = false;
   return c;
 }
 

@@ -21,6 +21,7 @@
 
 #include "core/runtime/coordinator/split_coordinator.h"
 #include "integration/daemon_cluster.h"
+#include "integration/test_run.h"
 #include "skip.h"
 
 using namespace cleave;
@@ -37,16 +38,9 @@ constexpr int64_t kLimitTest = 300;
 // The MLP, 3 epochs, vanilla labels (the server reports each batch once the
 // client has its gradient, so "steps" counts exactly the batches served).
 TrainConfig drop_config() {
-  TrainConfig c;
-  c.model_path = std::string(CLEAVE_SOURCE_DIR) + "/models/mlp.json";
+  TrainConfig c = cleave::testing::test_run("models/mlp.json", 64, 5);
   c.epochs = 3;
-  c.batch = 64;
-  c.seed = 5;
   c.limit_test = kLimitTest;
-  c.optimizer.kind = "adam";
-  c.optimizer.lr = 1e-3f;
-  c.threads = 1;
-  c.progress = false;
   return c;
 }
 
