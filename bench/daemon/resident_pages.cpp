@@ -1,20 +1,18 @@
 #include "bench/daemon/resident_pages.h"
 
-#include "apps/common/processes.h"
-
 #include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <map>
 #include <algorithm>
 #include <sstream>
 #include <stdexcept>
 #include <thread>
+
+#include "apps/common/processes.h"
 
 namespace cleave::bench {
 

@@ -29,8 +29,8 @@
 #include "core/train/checkpoint_dir.h"
 #include "core/train/train_checkpoint.h"
 #include "core/util/rng.h"
-#include "transport/log.h"
 #include "core/util/seconds.h"
+#include "transport/log.h"
 
 namespace cleave {
 

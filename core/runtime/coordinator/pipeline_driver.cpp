@@ -20,9 +20,9 @@
 #include "core/io/untrusted_json.h"
 #include "core/train/train_data.h"
 #include "core/train/train_result.h"
+#include "core/util/seconds.h"
 #include "device/device.h"
 #include "transport/log.h"
-#include "core/util/seconds.h"
 
 namespace cleave {
 namespace pipeline_detail {

@@ -19,8 +19,8 @@
 #include "core/planner/memory_model.h"
 #include "core/runtime/coordinator/pipeline_driver.h"
 #include "core/train/train_data.h"
-#include "transport/log.h"
 #include "core/util/seconds.h"
+#include "transport/log.h"
 
 namespace cleave {
 

@@ -23,9 +23,9 @@
 #include "core/runtime/common/wire.h"
 #include "core/train/progress.h"
 #include "core/train/train_data.h"
+#include "core/util/seconds.h"
 #include "transport/codec.h"
 #include "transport/log.h"
-#include "core/util/seconds.h"
 
 namespace cleave {
 
