@@ -82,16 +82,30 @@ struct DropCluster {
   }
 
   // Waits until every client has built its part ("split client I: layers ..."
-  // in its log): epoch 1 starts right after. False after 60 s.
+  // in its log): epoch 1 starts right after. False after 60 s, and
+  // require_clients_came() then fails the case.
   bool wait_for_clients() {
     const auto t0 = Clock::now();
     for (int i = 0; i < kClients; ++i)
       while (cluster.log(i + 2).find("split client " + std::to_string(i)) == std::string::npos) {
-        if (Clock::now() - t0 > std::chrono::seconds(60)) return false;
+        if (Clock::now() - t0 > std::chrono::seconds(60)) {
+          clients_never_came = true;
+          return false;
+        }
         std::this_thread::sleep_for(std::chrono::milliseconds(50));
       }
     return true;
   }
+
+  // On the test's thread, once the thread that waited has joined: the case
+  // fails, saying so, when the clients never built their parts (the thread
+  // then did nothing to them).
+  void require_clients_came() const {
+    INFO("the split clients did not build their parts within 60 s; dev2's log:\n" << cluster.log(2));
+    REQUIRE(!clients_never_came);
+  }
+
+  std::atomic<bool> clients_never_came{false};
 };
 
 std::set<std::string> keys_of(const nlohmann::json& obj) {
@@ -132,6 +146,7 @@ TEST_CASE("split learning: a client killed mid-epoch is dropped, left out of the
   }
   run_over = true;
   killer.join();
+  dc.require_clients_came();
   REQUIRE(killed);
   REQUIRE(restarted);
   INFO(r.dump(1).substr(0, 6000));
@@ -199,6 +214,7 @@ TEST_CASE("split learning: a client that falls silent is dropped after --peer-ti
     throw;
   }
   sleeper.join();
+  dc.require_clients_came();
   REQUIRE(stopped);
   INFO(r.dump(1).substr(0, 6000));
   REQUIRE(r["rounds"].size() == 3);
@@ -238,6 +254,7 @@ TEST_CASE("split learning with 3 clients fails clearly within seconds when the s
   CHECK_THROWS_WITH(train_split(cfg, o), Catch::Contains("the server dev1") && Catch::Contains("epoch") &&
                                              Catch::Contains("cannot go on"));
   killer.join();
+  dc.require_clients_came();
   REQUIRE(killed);
   // A disconnect is seen at once; silence would take --peer-timeout (3 s).
   CHECK(Clock::now() - t_kill < std::chrono::seconds(15));
