@@ -81,7 +81,6 @@ using cleave::Tensor;
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
-
 std::vector<double> load_average() {
   double l[3] = {0, 0, 0};
   if (getloadavg(l, 3) != 3) return {};
@@ -492,11 +491,12 @@ std::string fmt(const char* f, double v) {
 json machine_report() {
   const char* env_core = std::getenv("OPENBLAS_CORETYPE");
   const char* env_l2 = std::getenv("OPENBLAS_L2_SIZE");
+  const std::vector<double> load = load_average();
   std::printf("bench_train_step: %d cores, OpenBLAS %s (core %s)%s%s, load average %.2f\n", bench::online_cores(),
               openblas_get_config(), openblas_get_corename(), env_core ? ", OPENBLAS_CORETYPE=" : "",
-              env_core ? env_core : "", load_average().empty() ? 0.0 : load_average()[0]);
+              env_core ? env_core : "", load.empty() ? 0.0 : load[0]);
   return {{"cores", bench::online_cores()},
-          {"load_average_start", load_average()},
+          {"load_average_start", load},
           {"openblas_config", openblas_get_config()},
           {"openblas_core", openblas_get_corename()},
           {"OPENBLAS_CORETYPE", env_core ? env_core : ""},
