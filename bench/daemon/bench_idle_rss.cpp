@@ -358,15 +358,14 @@ Sample run_sdk_once(const Args& a, const std::string& setup) {
       wait_for_log(log, "waiting 1", [&] { serve_for(server.get(), 0.05, nullptr); });
       serve_for(server.get(), a.settle, nullptr);
       s = sample(pid);
-      s.status["Added"] = s.status["VmRSS"] - app_value(read_text(log), "baseline_kib");
     } else {
       wait_for_log(log, "end_kib", [] { std::this_thread::sleep_for(std::chrono::milliseconds(100)); });
-      const std::string out = read_text(log);
-      s.status["VmRSS"] = app_value(out, "job_peak_kib");
-      s.status["Added"] = s.status["VmRSS"] - app_value(out, "baseline_kib");
     }
-    s.status["Baseline"] = app_value(read_text(log), "baseline_kib");
-    s.status["Loaded"] = app_value(read_text(log), "loaded_kib");
+    const std::string out = read_text(log);  // the app's lines, read once, after the sample
+    if (!server) s.status["VmRSS"] = app_value(out, "job_peak_kib");
+    s.status["Baseline"] = app_value(out, "baseline_kib");
+    s.status["Added"] = s.status["VmRSS"] - s.status["Baseline"];
+    s.status["Loaded"] = app_value(out, "loaded_kib");
   } catch (...) {
     cleave::terminate(pid);
     if (coordinator > 0) cleave::terminate(coordinator);
