@@ -1,8 +1,6 @@
 // cmd_fed.cpp: `cleave fed` — federated averaging across cleaved client
 // daemons that each train on their own data (core/runtime/coordinator/fed_coordinator.h).
 #include <cstdio>
-#include <filesystem>
-#include <system_error>
 #include <memory>
 
 #include "apps/cleave/commands.h"
@@ -61,18 +59,6 @@ bool prepare_checkpoint_dir(CLI::App& cmd, const TrainFlags& flags, FedOptions& 
   }
   record_run_command(o.checkpoint_dir, cmd);
   return !given && resume_dir.empty() && flags.config.save_path.empty();
-}
-
-// Removes the run's temporary checkpoint directory; with `unless_resumable`,
-// only when it holds no checkpoint to resume from (or cannot be read).
-void remove_temporary_dir(const std::string& dir, bool unless_resumable = false) {
-  try {
-    if (unless_resumable && !CheckpointDir(dir).list().empty()) return;
-  } catch (const std::exception&) {
-    return;
-  }
-  std::error_code ec;
-  std::filesystem::remove_all(dir, ec);
 }
 
 void print_summary(const nlohmann::json& result) {
@@ -174,17 +160,8 @@ void add_fed_command(CLI::App& root) {
       throw UsageError(e.what());
     }
     prepare_coordinator(*o, "cleave fed");
-    const bool temporary = prepare_checkpoint_dir(*cmd, *flags, *o, *resume_dir);
-    nlohmann::json result;
-    try {
-      result = train_federated(flags->config, *o);
-    } catch (...) {
-      // A run that failed before its first checkpoint has nothing to resume:
-      // its temporary directory (only command.json in it) goes with it.
-      if (temporary) remove_temporary_dir(o->checkpoint_dir, true);
-      throw;
-    }
-    if (temporary) remove_temporary_dir(o->checkpoint_dir);
+    o->checkpoint_dir_temporary = prepare_checkpoint_dir(*cmd, *flags, *o, *resume_dir);
+    const nlohmann::json result = train_federated(flags->config, *o);
     write_result_json(flags->json_path, result);
     print_summary(result);
   });

@@ -78,4 +78,15 @@ std::string default_checkpoint_dir(const std::string& save_path, const std::stri
   return pattern;
 }
 
+void remove_temporary_checkpoint_dir(const std::string& dir, bool unless_resumable) {
+  if (dir.empty()) return;
+  try {
+    if (unless_resumable && !CheckpointDir(dir).list().empty()) return;
+  } catch (const std::exception&) {
+    return;
+  }
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
+}
+
 }  // namespace cleave

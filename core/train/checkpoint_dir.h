@@ -65,4 +65,10 @@ class CheckpointDir {
 // beside `save_path`, or a new one under $TMPDIR (or /tmp) named after `who`.
 std::string default_checkpoint_dir(const std::string& save_path, const std::string& who);
 
+// Removes a run's temporary checkpoint directory `dir` and all in it; with
+// `unless_resumable`, only when it holds no checkpoint to resume from (a run
+// that failed before its first one). Never throws: a directory it cannot
+// read is kept.
+void remove_temporary_checkpoint_dir(const std::string& dir, bool unless_resumable);
+
 }  // namespace cleave

@@ -294,3 +294,30 @@ TEST_CASE("fed: --resume is refused without a record or valid checkpoint and wit
   require_failure(base + " --listen tcp://127.0.0.1:* --checkpoint-dir '" + dir.str() + "'",
                   {"already holds", "cleave fed --resume " + dir.str()});
 }
+
+// With no --save and no --checkpoint-dir, the rounds' checkpoints go to a
+// new directory under TMPDIR, which a run that succeeds removes: nothing is
+// left to resume (core/runtime/coordinator/fed_coordinator.h, checkpoint_dir_temporary).
+TEST_CASE("fed: a run that names no checkpoint directory removes its temporary one when it succeeds",
+          "[integration][fed][recovery]") {
+  CLEAVE_SKIP_UNLESS_FASHION_MNIST();
+  TempDir dir;
+  DaemonCluster cluster(kClients);
+  const std::string model = dir.file("small.json");
+  write_text(model, cleave::testing::kPrivacyMlp);
+  const std::string endpoint = "tcp://127.0.0.1:" + std::to_string(cleave::testing::free_loopback_port());
+  for (int i = 1; i <= kClients; ++i) cluster.start(i, endpoint, client_flags(i, 600));
+  const std::string tmp = dir.file("tmp");
+  fs::create_directories(tmp);
+  std::vector<std::string> argv = {"/usr/bin/env", "TMPDIR=" + tmp};
+  for (const std::string& a : fed_argv(cluster, model, endpoint, {"--rounds", "2", "--json", dir.file("r.json")}))
+    argv.push_back(a);
+  const int code = run_to_end(argv, dir.file("run.log"));
+  INFO(read_bytes(dir.file("run.log")));
+  REQUIRE(code == 0);
+  const std::string used = read_json(dir.file("r.json")).at("checkpoint_dir").get<std::string>();
+  CHECK_THAT(used, Catch::StartsWith(tmp + "/cleave-fed-checkpoints-"));
+  CHECK_THAT(read_bytes(dir.file("run.log")), Catch::Contains("checkpoints in " + used));
+  CHECK_FALSE(fs::exists(used));
+  CHECK(fs::is_empty(tmp));
+}

@@ -76,6 +76,9 @@ struct FedOptions {
   // After every round the global weights go to this directory as
   // step-<rounds done>.ckpt (save_fed_state, the newest two kept); "" for none.
   std::string checkpoint_dir;
+  // checkpoint_dir is a temporary one of this run's: removed when the run
+  // succeeds, or fails before its first checkpoint (nothing to resume).
+  bool checkpoint_dir_temporary = false;
   // Start from the newest valid checkpoint in checkpoint_dir (as --load
   // would), skipping unreadable or corrupt ones; not with --load or --init.
   bool resume = false;

@@ -36,7 +36,7 @@ nlohmann::json Driver::run() {
   try {
     return run_job();
   } catch (...) {
-    if (resume_hint().empty()) remove_temporary_checkpoints();
+    remove_temporary_checkpoints(/*unless_resumable=*/true);
     throw;
   }
 }
@@ -73,7 +73,7 @@ nlohmann::json Driver::run_job() {
         Partition whole(*cpu, spec_, 0, spec_.num_layers());
         load_whole(whole, params);
         finish_stages();
-        remove_temporary_checkpoints();
+        remove_temporary_checkpoints(/*unless_resumable=*/false);
         // Evaluate only after the daemons are released: this takes seconds in
         // which no daemon has reason to talk to us.
         const EvalResult ev = evaluate(whole, test_, 256);

@@ -105,7 +105,9 @@ class Driver {
   void check_fits() const;
   void offer_spare(const transport::Received& r);
   std::string resume_hint() const;
-  void remove_temporary_checkpoints();
+  // Removes the run's temporary checkpoint directory; with unless_resumable
+  // only when it holds no checkpoint (core/train/checkpoint_dir.h).
+  void remove_temporary_checkpoints(bool unless_resumable);
   nlohmann::json recovery_json() const;
 
   // Planner input from the live devices (pipeline_profile.cpp).

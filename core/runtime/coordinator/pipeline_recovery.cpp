@@ -10,11 +10,9 @@
 // up cannot feed a step of an old plan into the new one.
 #include <algorithm>
 #include <cstdio>
-#include <filesystem>
 #include <map>
 #include <random>
 #include <stdexcept>
-#include <system_error>
 
 #include "core/planner/memory_model.h"
 #include "core/runtime/coordinator/pipeline_driver.h"
@@ -274,12 +272,9 @@ std::string Driver::resume_hint() const {
 
 // The directory is ours when open_checkpoints made it, or when the CLI did
 // (resolve_checkpoint_dir) and the run failed before opening it.
-void Driver::remove_temporary_checkpoints() {
+void Driver::remove_temporary_checkpoints(bool unless_resumable) {
   const bool ours = checkpoints_ ? temporary_checkpoints_ : opts_.checkpoint_dir_temporary;
-  const std::string dir = checkpoints_ ? checkpoints_->dir() : opts_.checkpoint_dir;
-  if (!ours || dir.empty()) return;
-  std::error_code ec;
-  std::filesystem::remove_all(dir, ec);  // nothing to resume: the run finished, or failed before a checkpoint
+  if (ours) remove_temporary_checkpoint_dir(checkpoints_ ? checkpoints_->dir() : opts_.checkpoint_dir, unless_resumable);
 }
 
 nlohmann::json Driver::recovery_json() const {
