@@ -82,11 +82,19 @@ inline std::vector<ModelRun> parse_model_runs(const std::string& text) {
 
 using cleave::median;  // core/util/stats.h
 
-// The machine's load average over the last minute (getloadavg(3), i.e.
-// /proc/loadavg), or -1 when it cannot be read: every table says under what load it was measured.
+// The machine's load averages over the last 1, 5 and 15 minutes
+// (getloadavg(3), i.e. /proc/loadavg), or none when they cannot be read.
+inline std::vector<double> load_averages() {
+  double l[3] = {0, 0, 0};
+  if (getloadavg(l, 3) != 3) return {};
+  return {l[0], l[1], l[2]};
+}
+
+// The last minute's load average, or -1 when it cannot be read: every table
+// says under what load it was measured.
 inline double load_average() {
-  double l[1] = {0};
-  return getloadavg(l, 1) == 1 ? l[0] : -1;
+  const std::vector<double> l = load_averages();
+  return l.empty() ? -1 : l[0];
 }
 
 // Cores this process may run on (its CPU affinity), at least 1.

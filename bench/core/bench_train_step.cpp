@@ -81,12 +81,6 @@ using cleave::Tensor;
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
-std::vector<double> load_average() {
-  double l[3] = {0, 0, 0};
-  if (getloadavg(l, 3) != 3) return {};
-  return {l[0], l[1], l[2]};
-}
-
 // ---------------------------------------------------------------------------------------------
 // options
 
@@ -491,7 +485,7 @@ std::string fmt(const char* f, double v) {
 json machine_report() {
   const char* env_core = std::getenv("OPENBLAS_CORETYPE");
   const char* env_l2 = std::getenv("OPENBLAS_L2_SIZE");
-  const std::vector<double> load = load_average();
+  const std::vector<double> load = bench::load_averages();
   std::printf("bench_train_step: %d cores, OpenBLAS %s (core %s)%s%s, load average %.2f\n", bench::online_cores(),
               openblas_get_config(), openblas_get_corename(), env_core ? ", OPENBLAS_CORETYPE=" : "",
               env_core ? env_core : "", load.empty() ? 0.0 : load[0]);
@@ -519,14 +513,18 @@ std::vector<GemmShape> model_gemm_shapes(const std::vector<bench::ModelRun>& mod
   return shapes;
 }
 
+// Repetitions of each sgemm shape (each Options::gemm_seconds long; docs/benchmarks.md
+// says "median GFLOP/s of 3"), independent of --reps.
+constexpr int kGemmReps = 3;
+
 // sgemm at `threads` on each shape: median GFLOP/s by label, printed, and the JSON.
 json measure_sgemm_rates(int threads, const std::vector<GemmShape>& shapes, const Options& opt,
                          std::map<std::string, double>& rate) {
   openblas_set_num_threads(threads);
   json sj = {{"threads", threads}, {"shapes", json::array()}};
-  std::printf("\nsgemm, %d thread%s (median GFLOP/s of %d):\n", threads, threads == 1 ? "" : "s", opt.reps);
+  std::printf("\nsgemm, %d thread%s (median GFLOP/s of %d):\n", threads, threads == 1 ? "" : "s", kGemmReps);
   for (const GemmShape& g : shapes) {
-    GemmRate r = measure_sgemm(g, 3, opt.gemm_seconds);
+    GemmRate r = measure_sgemm(g, kGemmReps, opt.gemm_seconds);
     rate[g.label()] = r.median_gflops();
     std::printf("  %-22s %8.1f\n", g.label().c_str(), r.median_gflops());
     sj["shapes"].push_back({{"gemm", g.label()}, {"gflops", r.gflops}, {"median_gflops", r.median_gflops()}});
@@ -742,7 +740,7 @@ int main(int argc, char** argv) {
   report["sgemm"] = sgemm_json;
   report["results"] = results;
   if (opt.profile) report["profile"] = profiles;
-  report["machine"]["load_average_end"] = load_average();
+  report["machine"]["load_average_end"] = bench::load_averages();
   report["wall_seconds"] = seconds_since(t_start);
   try {
     cleave::write_json_file(opt.json_path, report);
