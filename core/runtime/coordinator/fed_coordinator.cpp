@@ -133,13 +133,9 @@ struct RoundUpdates {
 class FedDriver {
  public:
   FedDriver(const TrainConfig& cfg, const FedOptions& opts) : cfg_(cfg), opts_(opts) {}
-  // run_job, then removes a temporary checkpoint directory that holds
-  // nothing to resume: after success, or a failure before the first round's checkpoint.
   nlohmann::json run();
 
  private:
-  nlohmann::json run_job();
-  void remove_temporary_checkpoints(bool unless_resumable);
   [[noreturn]] void fail(const std::string& text) { throw std::runtime_error(text); }
   PoolPeer& client(const std::string& name) { return session_->pool().at(name); }
   std::optional<Received> receive(Millis timeout) { return session_->pool().receive(timeout); }
@@ -239,22 +235,6 @@ class FedDriver {
 };
 
 nlohmann::json FedDriver::run() {
-  nlohmann::json out;
-  try {
-    out = run_job();
-  } catch (...) {
-    remove_temporary_checkpoints(/*unless_resumable=*/true);
-    throw;
-  }
-  remove_temporary_checkpoints(/*unless_resumable=*/false);
-  return out;
-}
-
-void FedDriver::remove_temporary_checkpoints(bool unless_resumable) {
-  if (opts_.checkpoint_dir_temporary) remove_temporary_checkpoint_dir(opts_.checkpoint_dir, unless_resumable);
-}
-
-nlohmann::json FedDriver::run_job() {
   const auto t_start = Clock::now();
   load_model_and_test_set();
   load_start_weights();
@@ -918,8 +898,19 @@ nlohmann::json FedDriver::result(const nlohmann::json& rounds, Clock::time_point
 
 }  // namespace
 
+// A temporary checkpoint directory goes once it holds nothing to resume: after
+// the run succeeds, or when it fails before its first round's checkpoint.
 nlohmann::json train_federated(const TrainConfig& config, const FedOptions& options) {
-  return FedDriver(config, options).run();
+  const bool temporary = options.checkpoint_dir_temporary;
+  nlohmann::json result;
+  try {
+    result = FedDriver(config, options).run();
+  } catch (...) {
+    if (temporary) remove_temporary_checkpoint_dir(options.checkpoint_dir, /*unless_resumable=*/true);
+    throw;
+  }
+  if (temporary) remove_temporary_checkpoint_dir(options.checkpoint_dir, /*unless_resumable=*/false);
+  return result;
 }
 
 }  // namespace cleave
