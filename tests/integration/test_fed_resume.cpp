@@ -107,6 +107,25 @@ void corrupt(const std::string& path) {
   write_text(path, bytes);
 }
 
+// A model small enough for quick rounds (kPrivacyMlp), written into `dir`.
+std::string small_model(const TempDir& dir) {
+  const std::string model = dir.file("small.json");
+  write_text(model, cleave::testing::kPrivacyMlp);
+  return model;
+}
+
+// Starts the cluster's kClients clients (client_flags(i, limit, extra)) toward
+// a free loopback port: that endpoint, with each client's pid in `pids` when given.
+std::string start_clients(DaemonCluster& cluster, int64_t limit, const std::vector<std::string>& extra = {},
+                          std::vector<pid_t>* pids = nullptr) {
+  const std::string endpoint = "tcp://127.0.0.1:" + std::to_string(cleave::testing::free_loopback_port());
+  for (int i = 1; i <= kClients; ++i) {
+    const pid_t pid = cluster.start(i, endpoint, client_flags(i, limit, extra));
+    if (pids) pids->push_back(pid);
+  }
+  return endpoint;
+}
+
 }  // namespace
 
 TEST_CASE("fed: a coordinator killed after round 2 of 4 resumes with --resume DIR and ends at the uninterrupted weights",
@@ -115,11 +134,10 @@ TEST_CASE("fed: a coordinator killed after round 2 of 4 resumes with --resume DI
   TempDir dir;
   DaemonCluster cluster(kClients);
   const std::string model = kMlp;  // big enough that a round takes a while to kill in between
-  const std::string endpoint = "tcp://127.0.0.1:" + std::to_string(cleave::testing::free_loopback_port());
   // The same client processes serve all three coordinators: never restarted.
   std::vector<pid_t> clients;
-  for (int i = 1; i <= kClients; ++i)
-    clients.push_back(cluster.start(i, endpoint, client_flags(i, 3000, {"--max-jobs", "3", "--coordinator-timeout", "2000"})));
+  const std::string endpoint =
+      start_clients(cluster, 3000, {"--max-jobs", "3", "--coordinator-timeout", "2000"}, &clients);
 
   // The uninterrupted run.
   const std::string ref_save = dir.file("ref.ckpt");
@@ -170,10 +188,8 @@ TEST_CASE("fed: --resume skips a corrupted newest checkpoint with a warning and 
   CLEAVE_SKIP_UNLESS_FASHION_MNIST();
   TempDir dir;
   DaemonCluster cluster(kClients);
-  const std::string model = dir.file("small.json");
-  write_text(model, cleave::testing::kPrivacyMlp);
-  const std::string endpoint = "tcp://127.0.0.1:" + std::to_string(cleave::testing::free_loopback_port());
-  for (int i = 1; i <= kClients; ++i) cluster.start(i, endpoint, client_flags(i, 900, {"--max-jobs", "2"}));
+  const std::string model = small_model(dir);
+  const std::string endpoint = start_clients(cluster, 900, {"--max-jobs", "2"});
   const std::string ckdir = dir.file("ck");
   REQUIRE(run_to_end(fed_argv(cluster, model, endpoint, {"--rounds", "3", "--checkpoint-dir", ckdir}), dir.file("first.log")) == 0);
   // The newest two are kept.
@@ -202,8 +218,7 @@ TEST_CASE("fed: a client killed in round 1 and restarted rejoins sampling in a l
   CLEAVE_SKIP_UNLESS_FASHION_MNIST();
   TempDir dir;
   DaemonCluster cluster(kClients);
-  const std::string model = dir.file("small.json");
-  write_text(model, cleave::testing::kPrivacyMlp);
+  const std::string model = small_model(dir);
   TrainConfig cfg;
   cfg.model_path = model;
   cfg.batch = 32;
@@ -303,10 +318,8 @@ TEST_CASE("fed: a run that names no checkpoint directory removes its temporary o
   CLEAVE_SKIP_UNLESS_FASHION_MNIST();
   TempDir dir;
   DaemonCluster cluster(kClients);
-  const std::string model = dir.file("small.json");
-  write_text(model, cleave::testing::kPrivacyMlp);
-  const std::string endpoint = "tcp://127.0.0.1:" + std::to_string(cleave::testing::free_loopback_port());
-  for (int i = 1; i <= kClients; ++i) cluster.start(i, endpoint, client_flags(i, 600));
+  const std::string model = small_model(dir);
+  const std::string endpoint = start_clients(cluster, 600);
   const std::string tmp = dir.file("tmp");
   fs::create_directories(tmp);
   std::vector<std::string> argv = {"/usr/bin/env", "TMPDIR=" + tmp};
