@@ -2,6 +2,7 @@
 // device / link description file (docs/planner.md); prints the table and
 // optionally writes the plan as JSON.
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <optional>
@@ -17,6 +18,25 @@
 
 namespace cleave {
 
+namespace {
+
+// `cleave train --devices N` takes a count, `cleave plan --devices` a file: a
+// bare number with no such file is the other command's flag, said so (exit 2)
+// instead of "2: cannot open devices file".
+CLI::Validator devices_file_not_count() {
+  return CLI::Validator(
+      [](std::string& in) -> std::string {
+        double n = 0;
+        if (!flag_checks::read_number(in, n) || std::filesystem::exists(in)) return {};
+        return "expected a devices file, got the count " + in +
+               " (`cleave plan` plans for the devices a file describes: write one with `cleave profile --devices " +
+               in + " --json devices.json`, or see docs/planner.md for its format)";
+      },
+      "FILE", "devices file");
+}
+
+}  // namespace
+
 void add_plan_command(CLI::App& root) {
   auto* cmd = root.add_subcommand("plan", "Plan which device runs which layers, offline, from a devices file");
   struct PlanFlags {
@@ -30,7 +50,8 @@ void add_plan_command(CLI::App& root) {
   auto f = std::make_shared<PlanFlags>();
   cmd->add_option("--model", f->model, "Model JSON file")->required();
   cmd->add_option("--devices", f->devices, "Devices file: {\"devices\": [...], \"links\": [...], \"default_link\": {...}}")
-      ->required();
+      ->required()
+      ->check(devices_file_not_count());
   cmd->add_option("--schedule", f->schedule, "gpipe | 1f1b | zb1")->capture_default_str()
       ->check(CLI::IsMember({"gpipe", "1f1b", "zb1"}));
   cmd->add_option("--microbatches", f->microbatches,

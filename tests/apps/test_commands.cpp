@@ -214,6 +214,9 @@ TEST_CASE("cleave plan places a model on a devices file within each device's mem
                       {"--recompute", "'sometimes'", "auto"});
   require_usage_error("plan --model '" + kMlp + "' --devices '" + devices + "' --max-stages -1",
                       {"--max-stages", "0 or more"});
+  // `cleave train --devices N` is a count; plan's --devices is a file, and says so.
+  require_usage_error("plan --model '" + kMlp + "' --devices 2",
+                      {"--devices", "expected a devices file, got the count 2", "cleave profile --devices 2"});
 }
 
 TEST_CASE("cleave profile refuses bad flags before it listens", "[cli][profile]") {
