@@ -109,6 +109,8 @@ std::string flag_conflict(const Flags& f) {
   if (!f.has("coordinator")) return "--coordinator is required (or `coordinator = ...` in the --config file)";
   if (!f.on("insecure") && (!f.has("key") || !f.has("coordinator-key")))
     return "--key and --coordinator-key are required (or --insecure)";
+  if (!f.has("name") && !f.has("key"))
+    return "--name is required without --key (a daemon is otherwise named after its key file), e.g. --name board1";
   if (f.has("data") && f.has("dataset")) return "give either --dataset or --data, not both";
   const bool data = f.has("dataset") || f.has("data");
   if (f.has("shard") && !data) return "--shard needs --dataset or --data";

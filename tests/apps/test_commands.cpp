@@ -354,9 +354,11 @@ TEST_CASE("cleaved refuses bad flags with status 2, and a daemon that cannot sta
                                  "--memory-limit", "--threads", "--peer-bind", "--bandwidth-limit", "--max-jobs",
                                  "--coordinator-timeout", "--insecure", "--verbose", "--dataset", "--data",
                                  "--dataset-dir", "--shard", "--partition", "--seed", "--limit-train"});
-  const std::string base = "--coordinator tcp://127.0.0.1:9 --insecure ";
+  const std::string base = "--coordinator tcp://127.0.0.1:9 --insecure --name dev ";
   require_cleaved_usage_error("", {"--coordinator is required"});
   require_cleaved_usage_error("--coordinator tcp://127.0.0.1:9", {"--key and --coordinator-key are required"});
+  // No key to take the name from: the daemon's flag, not the SDK's cleave_options_set_name.
+  require_cleaved_usage_error("--coordinator tcp://127.0.0.1:9 --insecure", {"--name is required without --key"});
   require_cleaved_usage_error(base + "--bogus", {"--bogus"});
   require_cleaved_usage_error(base + "--backend tpu", {"--backend", "tpu"});
   require_cleaved_usage_error(base + "--memory-limit 12Q", {"--memory-limit", "12Q"});
