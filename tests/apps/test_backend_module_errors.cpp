@@ -14,11 +14,10 @@
 using namespace cleave::cli_test;
 
 TEST_CASE("cleaved reports a backend module's error and exits 1 instead of aborting", "[cli][cleaved][modules]") {
-#ifndef CLEAVE_HAVE_OPENCL
+#ifndef CLEAVE_THROWING_MODULE_DIR  // tests/apps/CMakeLists.txt builds the module where OpenCL is compiled in
   CLEAVE_SKIP("the throwing module stands in for the OpenCL one, which this build does not have");
 #else
-  const std::string dir = CLEAVE_BINARY_DIR "/tests/apps/throwing-module";
-  const RunResult r = run_shell("CLEAVE_BACKEND_DIR='" + dir + "' '" + kCleaved +
+  const RunResult r = run_shell("CLEAVE_BACKEND_DIR='" CLEAVE_THROWING_MODULE_DIR "' '" + kCleaved +
                                 "' --coordinator tcp://127.0.0.1:9 --insecure --name dev --backend opencl "
                                 "--connect-timeout 1");
   INFO(r.output);
