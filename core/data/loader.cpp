@@ -22,6 +22,32 @@ std::vector<int64_t> seeded_permutation(int64_t n, uint64_t seed) {
   return order;
 }
 
+std::vector<int64_t> seeded_sample(int64_t n, int64_t k, uint64_t seed) {
+  if (n < 0 || k < 0 || k > n)
+    throw std::invalid_argument("seeded_sample: need 0 <= k <= n, got k = " + std::to_string(k) +
+                                ", n = " + std::to_string(n));
+  if (2 * k > n) {  // a dense shuffle costs at most twice the answer
+    std::vector<int64_t> order = seeded_permutation(n, seed);
+    order.resize(static_cast<size_t>(k));
+    return order;
+  }
+  // k distinct values by rejection (the set is uniform: the draw is symmetric
+  // in the labels), in a random order by Fisher-Yates.
+  Rng rng(seed);
+  std::vector<int64_t> out;
+  out.reserve(static_cast<size_t>(k));
+  while (static_cast<int64_t>(out.size()) < k) {
+    const auto have = static_cast<std::ptrdiff_t>(out.size());
+    while (static_cast<int64_t>(out.size()) < k) out.push_back(static_cast<int64_t>(rng.below(static_cast<uint64_t>(n))));
+    std::sort(out.begin() + have, out.end());
+    std::inplace_merge(out.begin(), out.begin() + have, out.end());
+    out.erase(std::unique(out.begin(), out.end()), out.end());
+  }
+  for (int64_t i = k - 1; i > 0; --i)
+    std::swap(out[static_cast<size_t>(i)], out[static_cast<size_t>(rng.below(static_cast<uint64_t>(i) + 1))]);
+  return out;
+}
+
 BatchLoader::BatchLoader(const Dataset& data, int64_t batch, bool shuffle, uint64_t seed, bool drop_last)
     : data_(&data), batch_(batch), shuffle_(shuffle), seed_(seed), drop_last_(drop_last) {
   if (batch <= 0) throw std::invalid_argument("BatchLoader: batch size must be > 0, got " + std::to_string(batch));
@@ -41,14 +67,16 @@ int64_t BatchLoader::batches_per_epoch() const {
 
 void BatchLoader::start_epoch(int64_t epoch) {
   if (epoch < 0) throw std::invalid_argument("BatchLoader: epoch must be >= 0, got " + std::to_string(epoch));
+  if (epoch == epoch_ && ordered_) return;  // the order is a function of (seed, epoch)
   epoch_ = epoch;
-  const int64_t n = data_->size();
+  const int64_t k = samples_per_epoch();
   if (shuffle_) {
-    order_ = seeded_permutation(n, derive_seed(seed_, static_cast<uint64_t>(epoch)));
+    order_ = seeded_sample(data_->size(), k, derive_seed(seed_, static_cast<uint64_t>(epoch)));
   } else {
-    order_.resize(static_cast<size_t>(n));
+    order_.resize(static_cast<size_t>(k));
     std::iota(order_.begin(), order_.end(), int64_t{0});
   }
+  ordered_ = true;
 }
 
 Batch BatchLoader::get(int64_t index) const {

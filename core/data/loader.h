@@ -2,7 +2,9 @@
 //
 // The order of an epoch is a pure function of (seed, epoch): a Fisher-Yates
 // shuffle driven by Rng(derive_seed(seed, epoch)), or the identity when
-// shuffling is off. Batches are random access, so a run resumed from a
+// shuffling is off. An epoch that draws fewer samples than the dataset holds
+// (a text's windows, Dataset::epoch_samples) keeps only the samples it draws,
+// so its memory and time follow the epoch, not the text (seeded_sample). Batches are random access, so a run resumed from a
 // checkpoint at (epoch e, step s) calls start_epoch(e) and get(s), get(s+1),
 // ... and sees exactly the batches the original run saw.
 #pragma once
@@ -40,7 +42,8 @@ class BatchLoader {
   // batch may be smaller (when drop_last is off). Throws std::out_of_range for
   // an index outside [0, batches_per_epoch()).
   Batch get(int64_t index) const;
-  // The sample order of the current epoch (a permutation of [0, size)).
+  // The sample order of the current epoch: samples_per_epoch() distinct
+  // indices in [0, size) (a permutation of it when the epoch covers it all).
   const std::vector<int64_t>& order() const { return order_; }
   int64_t batch_size() const { return batch_; }
   const Dataset& dataset() const { return *data_; }
@@ -52,11 +55,18 @@ class BatchLoader {
   uint64_t seed_;
   bool drop_last_;
   int64_t epoch_ = 0;
+  bool ordered_ = false;  // order_ holds epoch_'s order
   std::vector<int64_t> order_;
 };
 
 // [0, n) shuffled by Fisher-Yates with Rng(seed): the same for the same seed
 // on every machine.
 std::vector<int64_t> seeded_permutation(int64_t n, uint64_t seed);
+
+// The first k of a seeded random order of [0, n) (0 <= k <= n, else
+// std::invalid_argument): seeded_permutation(n, seed)'s first k when 2k > n,
+// else k distinct values drawn by Rng(seed) in a random order. Memory and
+// time O(k log k) for k << n, O(n) <= O(2k) otherwise; the same on every machine.
+std::vector<int64_t> seeded_sample(int64_t n, int64_t k, uint64_t seed);
 
 }  // namespace cleave

@@ -12,13 +12,26 @@ namespace cleave {
 
 namespace {
 
-std::vector<uint8_t> read_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw std::runtime_error(path + ": cannot open the --text file");
-  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) throw std::runtime_error(path + ": cannot read the --text file");
-  return bytes;
-}
+// The file's size, its bytes [from, from + count), read in one call.
+struct TextFile {
+  std::string path;
+  std::ifstream in;
+  int64_t size = 0;
+  explicit TextFile(const std::string& p) : path(p), in(p, std::ios::binary) {
+    if (!in) throw std::runtime_error(path + ": cannot open the --text file");
+    std::error_code ec;
+    const auto n = std::filesystem::file_size(path, ec);
+    if (ec) throw std::runtime_error(path + ": not a regular file (" + ec.message() + "): give --text a file");
+    size = static_cast<int64_t>(n);
+  }
+  std::vector<uint8_t> read(int64_t from, int64_t count) {
+    std::vector<uint8_t> bytes(static_cast<size_t>(count));
+    in.seekg(from);
+    in.read(reinterpret_cast<char*>(bytes.data()), count);
+    if (!in || in.gcount() != count) throw std::runtime_error(path + ": cannot read the --text file");
+    return bytes;
+  }
+};
 
 // The validation windows of `val`: offsets 0, T, 2T, ... while the window and
 // its next byte fit, at most `limit` (if >= 0) of them.
@@ -39,8 +52,8 @@ void fill_validation(Dataset& data, const std::vector<uint8_t>& val, int64_t T, 
 
 Dataset load_text(const std::string& path, int64_t context, bool train, int64_t limit) {
   if (context < 1) throw std::invalid_argument("load_text: context must be >= 1, got " + std::to_string(context));
-  std::vector<uint8_t> bytes = read_bytes(path);
-  const int64_t n = static_cast<int64_t>(bytes.size());
+  TextFile file(path);
+  const int64_t n = file.size;
   const int64_t cut = n / 10 * 9 + (n % 10) * 9 / 10;  // floor(0.9 n) without overflow
   const int64_t part = train ? cut : n - cut;
   if (part < context + 1)
@@ -53,13 +66,12 @@ Dataset load_text(const std::string& path, int64_t context, bool train, int64_t 
   data.sample_shape = {context};
   data.target_shape = {context};
   data.num_classes = 256;
-  if (train) {
-    bytes.resize(static_cast<size_t>(cut));
-    data.text = std::make_shared<const std::vector<uint8_t>>(std::move(bytes));
+  if (train) {  // only the split's bytes are read: memory is the text's 90%, once
+    data.text = std::make_shared<const std::vector<uint8_t>>(file.read(0, cut));
     const int64_t windows = cut - context;  // offsets 0 .. cut - T - 1
     data.epoch_samples = std::min(windows, limit >= 0 ? limit : cut / context);
   } else {
-    fill_validation(data, std::vector<uint8_t>(bytes.begin() + cut, bytes.end()), context, limit);
+    fill_validation(data, file.read(cut, n - cut), context, limit);
   }
   return data;
 }

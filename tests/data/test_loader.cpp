@@ -3,6 +3,8 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <cmath>
+#include <memory>
 #include <numeric>
 #include <set>
 
@@ -116,4 +118,76 @@ TEST_CASE("loader: drop_last, resume and bad arguments", "[data][loader]") {
   Dataset bad_label = counting_dataset(4);
   bad_label.y[2] = 7.0f;
   CHECK_THROWS_AS(BatchLoader(bad_label, 2, true, 1), std::runtime_error);
+}
+
+TEST_CASE("loader: seeded samples are distinct, uniform and follow seeded_permutation when dense", "[data][loader]") {
+  // Dense (2k > n): the permutation's first k, so a whole epoch is unchanged.
+  CHECK(seeded_sample(1000, 1000, 5) == seeded_permutation(1000, 5));
+  const std::vector<int64_t> full = seeded_permutation(1000, 5);
+  CHECK(seeded_sample(1000, 600, 5) == std::vector<int64_t>(full.begin(), full.begin() + 600));
+  CHECK(seeded_sample(7, 0, 5).empty());
+  CHECK_THROWS_AS(seeded_sample(10, 11, 5), std::invalid_argument);
+  CHECK_THROWS_AS(seeded_sample(10, -1, 5), std::invalid_argument);
+
+  // Sparse (2k <= n): k distinct values in range, a function of the seed.
+  const std::vector<int64_t> s = seeded_sample(1000000, 5000, 9);
+  REQUIRE(s.size() == 5000);
+  CHECK(std::set<int64_t>(s.begin(), s.end()).size() == 5000);
+  CHECK(*std::min_element(s.begin(), s.end()) >= 0);
+  CHECK(*std::max_element(s.begin(), s.end()) < 1000000);
+  CHECK(seeded_sample(1000000, 5000, 9) == s);
+  CHECK(seeded_sample(1000000, 5000, 10) != s);
+  CHECK(!std::is_sorted(s.begin(), s.end()));  // shuffled, not the sorted set
+
+  // Uniform: over many seeds, every value is drawn and every position holds
+  // every value about equally often (n = 10, k = 4: each value in 40% of the
+  // samples, each (position, value) 10%).
+  const int seeds = 20000;
+  std::vector<int> drawn(10, 0), at_first(10, 0);
+  for (int seed = 0; seed < seeds; ++seed) {
+    const std::vector<int64_t> v = seeded_sample(10, 4, static_cast<uint64_t>(seed));
+    REQUIRE(std::set<int64_t>(v.begin(), v.end()).size() == 4);
+    for (int64_t x : v) ++drawn[static_cast<size_t>(x)];
+    ++at_first[static_cast<size_t>(v[0])];
+  }
+  for (int x = 0; x < 10; ++x) {
+    CHECK(std::abs(drawn[x] / double(seeds) - 0.4) < 0.02);
+    CHECK(std::abs(at_first[x] / double(seeds) - 0.1) < 0.015);
+  }
+}
+
+TEST_CASE("loader: an epoch of a few samples from a huge dataset keeps only those", "[data][loader]") {
+  // 2^40 samples held by a source (as a long text's windows would be), an
+  // epoch of 1000: the loader must not order all 2^40 (8 TiB of indices).
+  Dataset huge;
+  huge.name = "huge";
+  huge.sample_shape = {1};
+  huge.num_classes = 2;
+  auto source = std::make_shared<Dataset::Source>();
+  source->count = int64_t{1} << 40;
+  source->fetch = [](const int64_t* idx, int64_t n, float* x, float* y) {
+    for (int64_t i = 0; i < n; ++i) {
+      x[i] = static_cast<float>(idx[i] % 1000);
+      y[i] = static_cast<float>(idx[i] % 2);
+    }
+  };
+  huge.source = source;
+  huge.epoch_samples = 1000;
+  BatchLoader loader(huge, 100, true, 3);
+  CHECK(loader.samples_per_epoch() == 1000);
+  REQUIRE(loader.order().size() == 1000);
+  CHECK(std::set<int64_t>(loader.order().begin(), loader.order().end()).size() == 1000);
+  CHECK(*std::max_element(loader.order().begin(), loader.order().end()) > (int64_t{1} << 39));  // drawn from all of it
+  const Batch b = loader.get(9);
+  CHECK(b.size == 100);
+  CHECK(b.x[0] == static_cast<float>(loader.order()[900] % 1000));
+  const std::vector<int64_t> epoch0 = loader.order();
+  loader.start_epoch(1);
+  CHECK(loader.order() != epoch0);
+  loader.start_epoch(0);
+  CHECK(loader.order() == epoch0);
+
+  BatchLoader in_order(huge, 100, false, 3);  // no shuffle: the first 1000
+  CHECK(in_order.order().size() == 1000);
+  CHECK(in_order.order().back() == 999);
 }

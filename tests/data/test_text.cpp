@@ -88,7 +88,7 @@ TEST_CASE("text: training windows are seeded, distinct in an epoch, targets shif
   CHECK(a.get(0).x != epoch0);  // each epoch draws its own windows
 }
 
-TEST_CASE("text: a file too short for a window, or missing, is refused naming it", "[data][text]") {
+TEST_CASE("text: a file too short for a window, missing, or a directory is refused naming it", "[data][text]") {
   test::TempDir dir;
   const std::string path = dir.file("short.txt");
   test::write_text(path, pattern_bytes(60));  // 54 train bytes, 6 validation bytes
@@ -97,6 +97,7 @@ TEST_CASE("text: a file too short for a window, or missing, is refused naming it
                                                    Catch::Contains("at least 9"));
   CHECK_THROWS_WITH(load_text(path, 64, true), Catch::Contains("training") && Catch::Contains("context 64"));
   CHECK_THROWS_WITH(load_text(dir.file("none.txt"), 8, true), Catch::Contains("none.txt"));
+  CHECK_THROWS_WITH(load_text(dir.str(), 8, true), Catch::Contains(dir.str()) && Catch::Contains("not a regular file"));
 }
 
 TEST_CASE("text: subset materialises windows", "[data][text]") {
