@@ -88,7 +88,10 @@ Dataset load_idx_dir(const std::string& dir, bool train, int64_t limit) {
 
 int64_t Dataset::size() const {
   if (source) return source->count;
-  if (text) return std::max<int64_t>(0, static_cast<int64_t>(text->size()) - sample_numel());
+  if (text) {
+    const int64_t last = static_cast<int64_t>(text->size()) - sample_numel() - 1;  // the last offset that fits
+    return last < 0 || text_stride < 1 ? 0 : last / text_stride + 1;
+  }
   const int64_t per = target_numel();
   return per > 0 ? static_cast<int64_t>(y.size()) / per : 0;
 }
@@ -121,8 +124,8 @@ void Dataset::copy_sample(int64_t i, float* xs, float* ys) const {
   }
   const auto per = static_cast<size_t>(sample_numel()), tper = static_cast<size_t>(target_numel());
   const auto at = static_cast<size_t>(i);
-  if (text) {  // window [i, i + T) and its next bytes
-    const uint8_t* bytes = text->data() + at;
+  if (text) {  // the window at i * text_stride and its next bytes
+    const uint8_t* bytes = text->data() + at * static_cast<size_t>(text_stride);
     for (size_t t = 0; t < per; ++t) {
       xs[t] = static_cast<float>(bytes[t]);
       ys[t] = static_cast<float>(bytes[t + 1]);
@@ -139,6 +142,8 @@ static void check_text(const Dataset& data, const std::string& who) {
     throw std::runtime_error(who + ": text windows need sample and target shapes (T), got " +
                              std::to_string(data.sample_shape.size()) + "-d samples");
   if (!data.x.empty() || !data.y.empty()) throw std::runtime_error(who + ": text windows hold no x / y");
+  if (data.text_stride < 1)
+    throw std::runtime_error(who + ": text windows need a stride >= 1, got " + std::to_string(data.text_stride));
   if (static_cast<int64_t>(data.text->size()) < data.sample_numel() + 1)
     throw std::runtime_error(who + ": " + std::to_string(data.text->size()) + " bytes hold no window of " +
                              std::to_string(data.sample_numel()) + " + 1");

@@ -31,9 +31,12 @@ struct Dataset {
   std::vector<float> y;   // (size, target_shape...): class index as float, or the regression target
   Shape target_shape;     // the targets of one sample: () one value, (T) a class per position (text)
   // Windows of a byte text (load_text's training split), when set: x and y are
-  // empty and sample i, for i in [0, text->size() - T), is bytes [i, i + T)
-  // with targets bytes [i + 1, i + T + 1), T = sample_shape[0].
+  // empty and sample i, at offset o = i * text_stride while o + T < text->size(),
+  // is bytes [o, o + T) with targets bytes [o + 1, o + T + 1), T = sample_shape[0].
   std::shared_ptr<const std::vector<uint8_t>> text;
+  // Offset of window i in `text`: i * text_stride (1: every offset, a text's
+  // training windows; T: non-overlapping ones, its validation windows).
+  int64_t text_stride = 1;
   // Samples someone else holds (an embedding app's data callback), when set:
   // x and y are empty, size() is source->count, and copy_samples asks
   // source->fetch for them (it throws when it cannot give them).
@@ -131,7 +134,8 @@ Dataset load_dataset(const std::string& name_or_path, const std::string& dataset
 //          capped at size).
 //   validation: the non-overlapping windows at offsets 0, T, 2T, ... of the
 //          validation bytes (floor((val bytes - 1) / T) of them, at most
-//          `limit` if >= 0), materialised in x / y.
+//          `limit` if >= 0), as `text` windows of text_stride T (only the
+//          bytes they cover are kept).
 // Inputs and targets are byte values as floats, target_shape (T),
 // num_classes 256. Throws std::runtime_error naming the file when it cannot
 // be read or a split is too short for one window of T + 1 bytes.

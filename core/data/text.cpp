@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
-#include <iterator>
 #include <stdexcept>
 
 #include "core/data/dataset.h"
@@ -33,21 +32,6 @@ struct TextFile {
   }
 };
 
-// The validation windows of `val`: offsets 0, T, 2T, ... while the window and
-// its next byte fit, at most `limit` (if >= 0) of them.
-void fill_validation(Dataset& data, const std::vector<uint8_t>& val, int64_t T, int64_t limit) {
-  int64_t count = (static_cast<int64_t>(val.size()) - 1) / T;
-  if (limit >= 0) count = std::min(count, limit);
-  data.x.resize(static_cast<size_t>(count * T));
-  data.y.resize(static_cast<size_t>(count * T));
-  for (int64_t w = 0; w < count; ++w)
-    for (int64_t t = 0; t < T; ++t) {
-      const auto at = static_cast<size_t>(w * T + t);
-      data.x[at] = static_cast<float>(val[at]);
-      data.y[at] = static_cast<float>(val[at + 1]);
-    }
-}
-
 }  // namespace
 
 Dataset load_text(const std::string& path, int64_t context, bool train, int64_t limit) {
@@ -71,7 +55,14 @@ Dataset load_text(const std::string& path, int64_t context, bool train, int64_t 
     const int64_t windows = cut - context;  // offsets 0 .. cut - T - 1
     data.epoch_samples = std::min(windows, limit >= 0 ? limit : cut / context);
   } else {
-    fill_validation(data, file.read(cut, n - cut), context, limit);
+    // The windows at offsets 0, T, 2T, ... while a window and its next byte
+    // fit, at most `limit`: only the bytes they cover are read.
+    int64_t count = (n - cut - 1) / context;
+    if (limit >= 0) count = std::min(count, limit);
+    if (count > 0) {
+      data.text = std::make_shared<const std::vector<uint8_t>>(file.read(cut, count * context + 1));
+      data.text_stride = context;
+    }
   }
   return data;
 }

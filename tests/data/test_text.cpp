@@ -5,6 +5,7 @@
 
 #include <set>
 #include <string>
+#include <vector>
 
 #include "core/data/dataset.h"
 #include "core/data/loader.h"
@@ -40,16 +41,24 @@ TEST_CASE("text: the first 90% of the bytes train, the last 10% validate", "[dat
   check_dataset(train);
 
   const Dataset val = load_text(path, 8, /*train=*/false);
-  CHECK_FALSE(val.text);
+  REQUIRE(val.text);
+  CHECK(val.x.empty());  // windows of the bytes, not floats
   CHECK(val.size() == (101 - 1) / 8);  // 12 non-overlapping windows of the 101 validation bytes
+  CHECK(val.text->size() == 12 * 8 + 1);  // only the bytes they cover
   check_dataset(val);
   // Window w: validation bytes [8w, 8w + 8), targets one byte later.
-  for (int64_t w = 0; w < val.size(); ++w)
+  std::vector<float> x(8), y(8);
+  for (int64_t w = 0; w < val.size(); ++w) {
+    val.copy_sample(w, x.data(), y.data());
     for (int64_t t = 0; t < 8; ++t) {
-      CHECK(val.x[w * 8 + t] == byte_at(bytes, 902 + w * 8 + t));
-      CHECK(val.y[w * 8 + t] == byte_at(bytes, 902 + w * 8 + t + 1));
+      CHECK(x[t] == byte_at(bytes, 902 + w * 8 + t));
+      CHECK(y[t] == byte_at(bytes, 902 + w * 8 + t + 1));
     }
-  CHECK(load_text(path, 8, false, 5).size() == 5);  // --limit-test
+  }
+  const Dataset limited = load_text(path, 8, false, 5);  // --limit-test
+  CHECK(limited.size() == 5);
+  CHECK(limited.text->size() == 5 * 8 + 1);
+  CHECK(load_text(path, 8, false, 0).size() == 0);
   CHECK(load_text(path, 8, true, 40).epoch_samples == 40);  // --limit-train: windows per epoch
   CHECK(load_text(path, 8, true, 5000).epoch_samples == 902 - 8);  // capped at the windows there are
 }
