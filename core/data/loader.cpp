@@ -26,7 +26,7 @@ std::vector<int64_t> seeded_sample(int64_t n, int64_t k, uint64_t seed) {
   if (n < 0 || k < 0 || k > n)
     throw std::invalid_argument("seeded_sample: need 0 <= k <= n, got k = " + std::to_string(k) +
                                 ", n = " + std::to_string(n));
-  if (2 * k > n) {  // a dense shuffle costs at most twice the answer
+  if (k > n - k) {  // 2k > n: a dense shuffle costs at most twice the answer
     std::vector<int64_t> order = seeded_permutation(n, seed);
     order.resize(static_cast<size_t>(k));
     return order;

@@ -4,9 +4,10 @@
 // shuffle driven by Rng(derive_seed(seed, epoch)), or the identity when
 // shuffling is off. An epoch that draws fewer samples than the dataset holds
 // (a text's windows, Dataset::epoch_samples) keeps only the samples it draws,
-// so its memory and time follow the epoch, not the text (seeded_sample). Batches are random access, so a run resumed from a
-// checkpoint at (epoch e, step s) calls start_epoch(e) and get(s), get(s+1),
-// ... and sees exactly the batches the original run saw.
+// so its memory and time follow the epoch, not the text (seeded_sample).
+// Batches are random access, so a run resumed from a checkpoint at (epoch e,
+// step s) calls start_epoch(e) and get(s), get(s+1), ... and sees exactly the
+// batches the original run saw.
 #pragma once
 
 #include <cstdint>
