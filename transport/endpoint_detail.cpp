@@ -54,6 +54,7 @@ Monitor::Monitor(zmq::context_t& ctx, zmq::socket_t& watched, Handler handler) :
 
 Monitor::~Monitor() {
   stop_ = true;
+  wakeup_.signal();
   if (thread_.joinable()) thread_.join();
   pair_.close();
 }
@@ -61,8 +62,10 @@ Monitor::~Monitor() {
 void Monitor::run() {
   while (!stop_.load()) {
     try {
-      zmq::pollitem_t item{pair_.handle(), 0, ZMQ_POLLIN, 0};
-      if (zmq::poll(&item, 1, std::chrono::milliseconds(20)) == 0) continue;
+      zmq::pollitem_t items[] = {{pair_.handle(), 0, ZMQ_POLLIN, 0}, {nullptr, wakeup_.fd(), ZMQ_POLLIN, 0}};
+      zmq::poll(items, 2, std::chrono::milliseconds(-1));  // no timeout: an event, or the destructor's wake-up
+      if (items[1].revents & ZMQ_POLLIN) wakeup_.clear();
+      if (!(items[0].revents & ZMQ_POLLIN)) continue;
       std::vector<zmq::message_t> frames;
       if (!zmq::recv_multipart(pair_, std::back_inserter(frames), zmq::recv_flags::dontwait)) continue;
       if (frames.size() < 2 || frames[0].size() < 6) continue;

@@ -15,6 +15,7 @@
 #include <zmq.hpp>
 
 #include "transport/endpoint.h"
+#include "transport/wakeup.h"
 
 namespace cleave::transport::detail {
 
@@ -65,6 +66,7 @@ class Monitor {
   Handler handler_;
   zmq::socket_t pair_;
   std::atomic<bool> stop_{false};
+  Wakeup wakeup_;  // the destructor's: the thread sleeps until an event or this
   std::thread thread_;
 };
 

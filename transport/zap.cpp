@@ -36,6 +36,7 @@ ZapHandler::ZapHandler(zmq::context_t& context, AllowList allow, bool allow_null
 
 ZapHandler::~ZapHandler() {
   stop_ = true;
+  wakeup_.signal();
   if (thread_.joinable()) thread_.join();
   socket_.close();
 }
@@ -83,9 +84,11 @@ void ZapHandler::decide(const std::string& mechanism, const zmq::message_t* cred
 
 void ZapHandler::run() {
   while (!stop_.load()) {
-    zmq::pollitem_t item{socket_.handle(), 0, ZMQ_POLLIN, 0};
+    zmq::pollitem_t items[] = {{socket_.handle(), 0, ZMQ_POLLIN, 0}, {nullptr, wakeup_.fd(), ZMQ_POLLIN, 0}};
     try {
-      if (zmq::poll(&item, 1, std::chrono::milliseconds(50)) == 0) continue;
+      zmq::poll(items, 2, std::chrono::milliseconds(-1));  // no timeout: a request, or the destructor's wake-up
+      if (items[1].revents & ZMQ_POLLIN) wakeup_.clear();
+      if (!(items[0].revents & ZMQ_POLLIN)) continue;
       std::vector<zmq::message_t> req;
       if (!zmq::recv_multipart(socket_, std::back_inserter(req), zmq::recv_flags::dontwait)) continue;
       std::string request_id = req.size() > 1 ? req[1].to_string() : std::string();

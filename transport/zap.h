@@ -26,6 +26,7 @@
 
 #include "transport/keys.h"
 #include "transport/log.h"
+#include "transport/wakeup.h"
 
 namespace cleave::transport {
 
@@ -64,6 +65,7 @@ class ZapHandler {
   std::string label_;
   LogThrottle refusals_;
   std::atomic<bool> stop_{false};
+  Wakeup wakeup_;  // the destructor's: the thread sleeps until a request or this
   std::atomic<uint64_t> admitted_{0};
   std::atomic<uint64_t> denied_{0};
   std::thread thread_;
