@@ -2,7 +2,6 @@
 #include "core/runtime/daemon/link_pump.h"
 
 #include <poll.h>
-#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -22,8 +21,6 @@ LinkPump::LinkPump(std::unique_ptr<transport::TensorLink> link, std::string peer
     : link_(std::move(link)), peer_(std::move(peer)), limits_(limits), log_as_(std::move(log_as)) {
   if (!link_) throw std::invalid_argument("LinkPump: no link");
   if (limits_.sends < 1 || limits_.received < 1) throw std::invalid_argument("LinkPump: queue limits must be >= 1");
-  wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  if (wake_fd_ < 0) throw std::runtime_error("LinkPump: cannot create an eventfd");
   stats_ = link_->stats();
   thread_ = std::thread([this] { run(); });
 }
@@ -33,14 +30,8 @@ LinkPump::~LinkPump() {
     std::lock_guard lock(mutex_);
     stop_ = true;
   }
-  wake();
+  wake_->signal();
   thread_.join();
-  ::close(wake_fd_);
-}
-
-void LinkPump::wake() const {
-  const uint64_t one = 1;
-  [[maybe_unused]] const ssize_t n = ::write(wake_fd_, &one, sizeof one);  // only fails when the counter is full: awake anyway
 }
 
 bool LinkPump::try_send(TensorMessage& m, milliseconds wait) {
@@ -49,15 +40,19 @@ bool LinkPump::try_send(TensorMessage& m, milliseconds wait) {
   if (!changed_.wait_for(lock, wait, [&] { return sends_.size() < limits_.sends || !failure_.empty(); })) return false;
   throw_if_failed();
   Outgoing out;
-  if (m.owner) {  // a token shared with ZeroMQ's zero-copy send: it expires once ZeroMQ lets go of the memory
-    auto token = std::make_shared<const std::shared_ptr<const void>>(std::move(m.owner));
+  if (m.owner) {  // a token shared with ZeroMQ's zero-copy send: it expires, and wakes the thread, once ZeroMQ lets go
+    using Owner = std::shared_ptr<const void>;
+    std::shared_ptr<const void> token(new Owner(std::move(m.owner)), [wake = wake_](const Owner* held) {
+      delete held;
+      wake->signal();
+    });
     out.on_the_wire = token;
     m.owner = std::move(token);
   }
   out.message = std::move(m);
   sends_.push_back(std::move(out));
   lock.unlock();
-  wake();
+  wake_->signal();
   return true;
 }
 
@@ -70,7 +65,7 @@ std::optional<TensorMessage> LinkPump::try_take(transport::TensorKind kind, int6
     return got.has_value() || !failure_.empty();
   });
   if (got) {
-    if (received_.size() + 1 == limits_.received) wake();  // it had stopped reading: room again
+    if (received_.size() + 1 == limits_.received) wake_->signal();  // it had stopped reading: room again
     return got;
   }
   throw_if_failed();
@@ -100,10 +95,10 @@ void LinkPump::throw_if_failed() const {
 
 // The thread: release what ZeroMQ has sent, send the next queued tensor,
 // read what arrived; when none of these had anything to do, sleep until the
-// link's descriptor says input may be there, a queued send or room in the
-// inbox wakes it (wake_fd_), or — while ZeroMQ still reads a sent tensor,
-// or the link has no descriptor — a short back-off passes (50 us doubling
-// to 1 ms).
+// link's descriptor says input may be there, or wake_ does (a queued send,
+// room in the inbox, ZeroMQ done with a sent tensor, stop); at the latest
+// after 50 ms, or — when the link has no descriptor — after a short back-off
+// (50 us doubling to 1 ms).
 void LinkPump::run() {
   std::unique_lock lock(mutex_);
   auto backoff = microseconds(50);
@@ -119,11 +114,10 @@ void LinkPump::run() {
       changed_.notify_all();
       continue;
     }
-    // Not reading (failed, or the inbox is full): only wake_fd_ ends the sleep.
+    // Not reading (failed, or the inbox is full): only wake_ ends the sleep.
     const bool reading = failure_.empty() && received_.size() < limits_.received;
-    const bool releasing = !sends_.empty() && sends_.front().sent;
     const int link_fd = reading ? link_->poll_fd() : -1;
-    const microseconds wait = releasing || (reading && link_fd < 0) ? backoff : microseconds(50000);
+    const microseconds wait = reading && link_fd < 0 ? backoff : microseconds(50000);
     lock.unlock();
     sleep_until_woken(link_fd, wait);
     lock.lock();
@@ -132,12 +126,9 @@ void LinkPump::run() {
 }
 
 void LinkPump::sleep_until_woken(int link_fd, microseconds wait) const {
-  pollfd fds[2] = {{wake_fd_, POLLIN, 0}, {link_fd, POLLIN, 0}};
+  pollfd fds[2] = {{wake_->fd(), POLLIN, 0}, {link_fd, POLLIN, 0}};
   const timespec ts{static_cast<time_t>(wait.count() / 1000000), static_cast<long>(wait.count() % 1000000) * 1000};
-  if (::ppoll(fds, link_fd >= 0 ? 2 : 1, &ts, nullptr) > 0 && (fds[0].revents & POLLIN)) {
-    uint64_t count = 0;
-    [[maybe_unused]] const ssize_t n = ::read(wake_fd_, &count, sizeof count);
-  }
+  if (::ppoll(fds, link_fd >= 0 ? 2 : 1, &ts, nullptr) > 0 && (fds[0].revents & POLLIN)) wake_->clear();
 }
 
 bool LinkPump::release_sent() {

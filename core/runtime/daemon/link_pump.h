@@ -6,7 +6,8 @@
 //   - sends: at most `Limits::sends` tensors the link has not finished with
 //     (queued, being encoded or throttled, or still read by ZeroMQ's zero-copy
 //     send). try_send waits for room: back-pressure, never a drop. A tensor
-//     leaves the queue, and its memory is freed, once ZeroMQ no longer reads it.
+//     leaves the queue, and its memory is freed, once ZeroMQ no longer reads it
+//     (ZeroMQ letting go of it wakes the pump: no timer polls for it).
 //   - received: at most `Limits::received` tensors that arrived ahead of their
 //     turn. When that many wait, the pump stops reading the link and the
 //     sender's queue fills instead. A link carries one kind of tensor in the
@@ -30,6 +31,7 @@
 
 #include "core/runtime/daemon/tensor_mailbox.h"
 #include "transport/link.h"
+#include "transport/wakeup.h"
 
 namespace cleave {
 
@@ -67,11 +69,10 @@ class LinkPump {
   struct Outgoing {
     transport::TensorMessage message;
     bool sent = false;
-    std::weak_ptr<const void> on_the_wire;  // expires when ZeroMQ no longer reads the memory
+    std::weak_ptr<const void> on_the_wire;  // expires, and wakes the thread, when ZeroMQ no longer reads the memory
   };
 
   void run();
-  void wake() const;  // the thread, from its sleep
   void sleep_until_woken(int link_fd, std::chrono::microseconds wait) const;
   bool send_next(std::unique_lock<std::mutex>& lock);
   bool release_sent();
@@ -89,7 +90,9 @@ class LinkPump {
   TensorMailbox received_;
   transport::LinkStats stats_;  // the link's, copied after each operation (the link is the thread's)
   std::string failure_;
-  int wake_fd_ = -1;  // an eventfd: a queued send, room in the inbox, or stop
+  // Ends the thread's sleep: a queued send, room in the inbox, ZeroMQ letting go
+  // of a sent tensor (shared: that can come after the pump is gone), or stop.
+  const std::shared_ptr<const transport::Wakeup> wake_ = std::make_shared<const transport::Wakeup>();
   bool stop_ = false;
   std::thread thread_;
 };
