@@ -4,7 +4,7 @@
 // Prints a table and writes JSON.
 //
 //   bench_idle_rss [--cleaved PATH] [--emulator PATH [--guest-maps LIB]] [--setups A,B,...]
-//                  [--app PATH] [--lib PATH] [--app-samples 10000] [--runs 5] [--settle 2]
+//                  [--app PATH] [--lib PATH] [--app-samples 10000] [--runs 5] [--settle 2] [--wake-window 3]
 //                  [--job-rounds 3] [--job-limit-train 6000] [--json bench-idle-rss.json]
 //
 // --emulator runs the daemon under it (qemu-aarch64-static with an arm64
@@ -19,7 +19,10 @@
 // Each run starts a fresh daemon and, once it is idle, reads VmRSS, RssAnon,
 // RssFile, VmHWM and Threads from /proc/PID/status, counts its present pages in
 // /proc/PID/pagemap, counts the CUDA / OpenCL libraries in /proc/PID/maps and
-// keeps the mappings that hold the most. Setups:
+// keeps the mappings that hold the most; then, over --wake-window seconds
+// (default 3), it counts how often the idle daemon's threads were put on a CPU
+// ("wake/s", from /proc/PID/task/*/schedstat) and the CPU time they used
+// ("cpu ms/s"): what an idle daemon costs a board or a phone on battery. Setups:
 //   unconnected      dialling a loopback port where nothing listens (all cores)
 //   unconnected-1t   the same with --threads 1
 //   registered-1t    --threads 1, registered with a coordinator (a CURVE server
@@ -95,6 +98,7 @@ struct Args {
   int64_t app_samples = 10000;
   int runs = 5;
   double settle = 2.0;
+  double wake_window = 3.0;
   std::string json = "bench-idle-rss.json";
   std::vector<std::string> emulator;  // --emulator: runs cleaved under it (qemu-aarch64-static for an arm64 build)
   std::string guest_maps;             // --guest-maps: guest_maps.so for the emulated daemon
@@ -165,6 +169,25 @@ void count_pages(pid_t pid, const std::string& guest_maps, Sample& s) {
   s.status["PagesFile"] = r.file_kib;
 }
 
+// The times the daemon's threads were put on a CPU, and their CPU seconds, so
+// far (the first and third fields of each thread's schedstat; threads that
+// ended are not counted, and an idle daemon ends none).
+struct Activity {
+  double slices = 0, cpu_seconds = 0;
+};
+
+Activity activity(pid_t pid) {
+  Activity a;
+  for (const auto& t : fs::directory_iterator("/proc/" + std::to_string(pid) + "/task")) {
+    std::istringstream in(read_text((t.path() / "schedstat").string()));
+    double run_ns = 0, wait_ns = 0, slices = 0;
+    if (!(in >> run_ns >> wait_ns >> slices)) continue;
+    a.slices += slices;
+    a.cpu_seconds += run_ns * 1e-9;
+  }
+  return a;
+}
+
 Sample sample(pid_t pid, const std::string& guest_maps = "") {
   Sample s;
   std::istringstream status(read_text("/proc/" + std::to_string(pid) + "/status"));
@@ -203,6 +226,18 @@ void serve_for(cleave::transport::ServerEndpoint* server, double seconds, bool* 
     if (r && std::holds_alternative<cleave::transport::RegisterMsg>(r.value().message.body) && registered)
       *registered = true;
   }
+}
+
+// Serves `server` for `seconds` (see serve_for) and records the daemon's
+// wake-ups and CPU time per second meanwhile in `s`.
+void serve_measuring(pid_t pid, cleave::transport::ServerEndpoint* server, double seconds, Sample& s) {
+  const Activity before = activity(pid);
+  const auto t0 = Clock::now();
+  serve_for(server, seconds, nullptr);
+  const Activity after = activity(pid);
+  const double elapsed = std::chrono::duration<double>(Clock::now() - t0).count();
+  s.status["WakeupsPerSec"] = (after.slices - before.slices) / elapsed;
+  s.status["CpuMsPerSec"] = 1000 * (after.cpu_seconds - before.cpu_seconds) / elapsed;
 }
 
 // The emulator's part of the daemon's command line: with --guest-maps it
@@ -248,6 +283,7 @@ Sample run_once(const Args& a, const std::string& setup) {
     if (!registered) throw std::runtime_error("the daemon never registered:\n" + read_text(log));
     serve_for(server.get(), a.settle, nullptr);
     s = sample(pid, maps);
+    serve_measuring(pid, server.get(), a.wake_window, s);
   } catch (...) {
     cleave::terminate(pid);
     throw;
@@ -313,7 +349,13 @@ Sample run_job_once(const Args& a) {
     try {
       now = sample(pid, maps);
     } catch (const std::exception&) {
-      if ((exited = waitpid(pid, &status, WNOHANG) == pid)) break;  // it ended while we asked
+      // It ended while we asked: an exiting process drops its pages before it
+      // is a zombie that waitpid reports, so give it a moment to get there.
+      for (int i = 0; i < 50 && !exited; ++i) {
+        exited = waitpid(pid, &status, WNOHANG) == pid;
+        if (!exited) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+      if (exited) break;
       throw;
     }
     const double hwm = std::max(now.status["VmHWM"], peak.status["VmHWM"]);
@@ -395,7 +437,7 @@ Args parse(int argc, char** argv) {
     const std::string arg = argv[i];
     if (arg == "--help" || arg == "-h") {
       std::cout << "usage: bench_idle_rss [--cleaved PATH] [--emulator PATH [--guest-maps LIB]] [--setups A,B,...] "
-                   "[--app PATH] [--lib PATH] [--app-samples N] [--runs N] [--settle SECONDS] [--job-rounds N] "
+                   "[--app PATH] [--lib PATH] [--app-samples N] [--runs N] [--settle SECONDS] [--wake-window SECONDS] [--job-rounds N] "
                    "[--job-limit-train N] [--json PATH]\n";
       std::exit(0);
     }
@@ -407,6 +449,7 @@ Args parse(int argc, char** argv) {
     else if (arg == "--app-samples") a.app_samples = cleave::bench::parse_int_arg(arg, v, 1);
     else if (arg == "--runs") a.runs = static_cast<int>(cleave::bench::parse_int_arg(arg, v, 1));
     else if (arg == "--settle") a.settle = cleave::bench::parse_positive_arg(arg, v);
+    else if (arg == "--wake-window") a.wake_window = cleave::bench::parse_positive_arg(arg, v);
     else if (arg == "--json") a.json = v;
     else if (arg == "--emulator") a.emulator = {v};
     else if (arg == "--guest-maps") a.guest_maps = v;
@@ -457,15 +500,16 @@ int main(int argc, char** argv) {
                              {"job_limit_train", a.job_limit_train},
                              {"runs", a.runs},
                              {"settle_seconds", a.settle},
+                             {"wake_window_seconds", a.wake_window},
                              {"app_samples", a.app_samples},
                              {"target_vmrss_bytes", kTargetMiB * kKiB * kKiB},
                              {"machine", machine(load_average())},
                              {"setups", nlohmann::json::array()}};
     // Emulated with --guest-maps, the guest's own pages are the daemon's memory; else VmRSS is.
     const bool guest = !a.guest_maps.empty();
-    std::printf("%-17s %5s %10s %10s %10s %10s %10s %10s %8s %9s %7s\n", "setup", "runs", "VmRSS MiB",
+    std::printf("%-17s %5s %10s %10s %10s %10s %10s %10s %8s %9s %7s %8s %9s\n", "setup", "runs", "VmRSS MiB",
                 guest ? "guest MiB" : "pages MiB", "added MiB", "anon MiB", "file MiB", "HWM MiB", "threads", "GPU libs",
-                "target");
+                "target", "wake/s", "cpu ms/s");
     for (const std::string& setup : a.setups) {
       const bool sdk = setup.starts_with("sdk-"), job = setup.ends_with("job-1t");
       if (job && !have_fashion_mnist()) {
@@ -495,10 +539,15 @@ int main(int argc, char** argv) {
       if (sdk) std::snprintf(added, sizeof added, "%.1f", added_mib);
       char pages[16] = "-";
       if (!sdk) std::snprintf(pages, sizeof pages, "%.1f", pages_mib);
-      std::printf("%-17s %5d %10.1f %10s %10s %10.1f %10.1f %10.1f %8.0f %9.0f %7s\n", setup.c_str(), a.runs, rss_mib,
-                  pages, added, median.value(anon, 0.0) / kKiB, median.value(file, 0.0) / kKiB,
+      char wake[16] = "-", cpu[16] = "-";  // measured for the daemons of run_once only
+      if (median.contains("WakeupsPerSec")) {
+        std::snprintf(wake, sizeof wake, "%.1f", median["WakeupsPerSec"].get<double>());
+        std::snprintf(cpu, sizeof cpu, "%.2f", median["CpuMsPerSec"].get<double>());
+      }
+      std::printf("%-17s %5d %10.1f %10s %10s %10.1f %10.1f %10.1f %8.0f %9.0f %7s %8s %9s\n", setup.c_str(), a.runs,
+                  rss_mib, pages, added, median.value(anon, 0.0) / kKiB, median.value(file, 0.0) / kKiB,
                   median.value("VmHWM", 0.0) / kKiB, median.value("Threads", 0.0),
-                  median.value("gpu_libraries", 0.0), has_target ? (meets ? "met" : "MISSED") : "-");
+                  median.value("gpu_libraries", 0.0), has_target ? (meets ? "met" : "MISSED") : "-", wake, cpu);
       report["setups"].push_back({{"setup", setup},
                                   {"median_kib", median},
                                   {"vmrss_mib", rss_mib},
