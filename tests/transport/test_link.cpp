@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <thread>
 
 #include "transport/link.h"
 
@@ -86,6 +87,31 @@ TEST_CASE("ZeroMQ + CURVE links between two stages", "[transport][link]") {
     exchange(*down, *up, e);
     CHECK(down->describe().find(encoding_name(e)) != std::string::npos);
   }
+}
+
+// A link pump reads with a zero timeout and then sleeps on the socket's
+// descriptor, which does not signal again for a message ZeroMQ already holds:
+// the dialler's hello must not hide the tensor queued behind it.
+TEST_CASE("a zero-timeout receive skips the dialler's hello to the tensor queued behind it", "[transport][link]") {
+  const KeyPair stage0 = generate_keypair(), stage1 = generate_keypair();
+  ServerOptions so;
+  so.keys = stage1;
+  so.allow.add("stage0", stage0.public_key);
+  so.label = "stage1";
+  ServerEndpoint peer_server(so);
+  ClientOptions co;
+  co.connect = peer_server.endpoint();
+  co.keys = stage0;
+  co.server_public_key = stage1.public_key;
+  co.label = "stage0";
+  auto down = dial_tensor_link(co, Encoding::kF32);  // says hello
+  auto up = serve_tensor_link(peer_server, "stage0", Encoding::kF32);
+  REQUIRE(down->send(TensorMessage::from_vector(TensorKind::kActivation, 0, 0, {2}, {1.0f, 2.0f})).ok());
+  std::this_thread::sleep_for(500ms);  // both are in the server's queue now
+  auto got = up->receive(0ms);
+  REQUIRE(got.ok());
+  CHECK(got->kind == TensorKind::kActivation);
+  CHECK(up->receive(0ms).is(FailureKind::kTimeout));  // and nothing else is
 }
 
 TEST_CASE("the throttle holds a link to its bandwidth", "[transport][link]") {
