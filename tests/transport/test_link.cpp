@@ -47,6 +47,27 @@ void exchange(TensorLink& down, TensorLink& up, Encoding e) {
   CHECK(up.receive(50ms).is(FailureKind::kTimeout));
 }
 
+// The two ends of a stage link: stage 1 serves, admitting stage 0's key; stage 0 dials.
+struct StageKeys {
+  KeyPair stage0 = generate_keypair(), stage1 = generate_keypair();
+
+  ServerOptions server() const {
+    ServerOptions so;
+    so.keys = stage1;
+    so.allow.add("stage0", stage0.public_key);
+    so.label = "stage1";
+    return so;
+  }
+  ClientOptions client(const ServerEndpoint& s) const {
+    ClientOptions co;
+    co.connect = s.endpoint();
+    co.keys = stage0;
+    co.server_public_key = stage1.public_key;
+    co.label = "stage0";
+    return co;
+  }
+};
+
 }  // namespace
 
 TEST_CASE("in-process links carry tensors in every encoding", "[transport][link]") {
@@ -69,20 +90,11 @@ TEST_CASE("in-process links carry tensors in every encoding", "[transport][link]
 }
 
 TEST_CASE("ZeroMQ + CURVE links between two stages", "[transport][link]") {
-  const KeyPair stage0 = generate_keypair(), stage1 = generate_keypair();
+  const StageKeys keys;
   for (Encoding e : {Encoding::kF32, Encoding::kF16, Encoding::kInt8}) {
     INFO(encoding_name(e));
-    ServerOptions so;
-    so.keys = stage1;
-    so.allow.add("stage0", stage0.public_key);
-    so.label = "stage1";
-    ServerEndpoint peer_server(so);
-    ClientOptions co;
-    co.connect = peer_server.endpoint();
-    co.keys = stage0;
-    co.server_public_key = stage1.public_key;
-    co.label = "stage0";
-    auto down = dial_tensor_link(co, e);
+    ServerEndpoint peer_server(keys.server());
+    auto down = dial_tensor_link(keys.client(peer_server), e);
     auto up = serve_tensor_link(peer_server, "stage0", e);
     exchange(*down, *up, e);
     CHECK(down->describe().find(encoding_name(e)) != std::string::npos);
@@ -93,18 +105,9 @@ TEST_CASE("ZeroMQ + CURVE links between two stages", "[transport][link]") {
 // descriptor, which does not signal again for a message ZeroMQ already holds:
 // the dialler's hello must not hide the tensor queued behind it.
 TEST_CASE("a zero-timeout receive skips the dialler's hello to the tensor queued behind it", "[transport][link]") {
-  const KeyPair stage0 = generate_keypair(), stage1 = generate_keypair();
-  ServerOptions so;
-  so.keys = stage1;
-  so.allow.add("stage0", stage0.public_key);
-  so.label = "stage1";
-  ServerEndpoint peer_server(so);
-  ClientOptions co;
-  co.connect = peer_server.endpoint();
-  co.keys = stage0;
-  co.server_public_key = stage1.public_key;
-  co.label = "stage0";
-  auto down = dial_tensor_link(co, Encoding::kF32);  // says hello
+  const StageKeys keys;
+  ServerEndpoint peer_server(keys.server());
+  auto down = dial_tensor_link(keys.client(peer_server), Encoding::kF32);  // says hello
   auto up = serve_tensor_link(peer_server, "stage0", Encoding::kF32);
   REQUIRE(down->send(TensorMessage::from_vector(TensorKind::kActivation, 0, 0, {2}, {1.0f, 2.0f})).ok());
   std::this_thread::sleep_for(500ms);  // both are in the server's queue now
