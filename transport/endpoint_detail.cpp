@@ -53,19 +53,15 @@ Monitor::Monitor(zmq::context_t& ctx, zmq::socket_t& watched, Handler handler) :
 }
 
 Monitor::~Monitor() {
-  stop_ = true;
-  wakeup_.signal();
+  stop_.signal();
   if (thread_.joinable()) thread_.join();
   pair_.close();
 }
 
 void Monitor::run() {
-  while (!stop_.load()) {
+  for (;;) {
     try {
-      zmq::pollitem_t items[] = {{pair_.handle(), 0, ZMQ_POLLIN, 0}, {nullptr, wakeup_.fd(), ZMQ_POLLIN, 0}};
-      zmq::poll(items, 2, std::chrono::milliseconds(-1));  // no timeout: an event, or the destructor's wake-up
-      if (items[1].revents & ZMQ_POLLIN) wakeup_.clear();
-      if (!(items[0].revents & ZMQ_POLLIN)) continue;
+      if (!wait_in(pair_, stop_)) return;  // the destructor's
       std::vector<zmq::message_t> frames;
       if (!zmq::recv_multipart(pair_, std::back_inserter(frames), zmq::recv_flags::dontwait)) continue;
       if (frames.size() < 2 || frames[0].size() < 6) continue;
@@ -160,6 +156,12 @@ uint64_t frames_bytes(const std::vector<zmq::message_t>& frames, size_t first) {
 bool poll_in(zmq::socket_t& socket, Millis timeout) {
   zmq::pollitem_t item{socket.handle(), 0, ZMQ_POLLIN, 0};
   return zmq::poll(&item, 1, timeout) > 0;
+}
+
+bool wait_in(zmq::socket_t& socket, const Wakeup& woken) {
+  zmq::pollitem_t items[] = {{socket.handle(), 0, ZMQ_POLLIN, 0}, {nullptr, woken.fd(), ZMQ_POLLIN, 0}};
+  zmq::poll(items, 2, std::chrono::milliseconds(-1));
+  return !(items[1].revents & ZMQ_POLLIN);
 }
 
 }  // namespace detail

@@ -65,8 +65,7 @@ class Monitor {
 
   Handler handler_;
   zmq::socket_t pair_;
-  std::atomic<bool> stop_{false};
-  Wakeup wakeup_;  // the destructor's: the thread sleeps until an event or this
+  Wakeup stop_;  // signalled by the destructor: the thread sleeps until an event or this
   std::thread thread_;
 };
 
@@ -79,5 +78,8 @@ bool recv_all(zmq::socket_t& socket, std::vector<zmq::message_t>& frames);
 Result<Message> decode_frames(std::vector<zmq::message_t>& frames, size_t first, const DecodeLimits& limits);
 uint64_t frames_bytes(const std::vector<zmq::message_t>& frames, size_t first);
 bool poll_in(zmq::socket_t& socket, Millis timeout);
+// Sleeps, with no timeout, until `socket` has input (true) or `woken` is
+// signalled (false): how a helper thread waits for work and is told to stop.
+bool wait_in(zmq::socket_t& socket, const Wakeup& woken);
 
 }  // namespace cleave::transport::detail

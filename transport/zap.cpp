@@ -3,6 +3,8 @@
 // status text, user id, metadata).
 #include "transport/zap.h"
 
+#include "transport/endpoint_detail.h"
+
 #include <vector>
 
 #include <zmq_addon.hpp>
@@ -35,8 +37,7 @@ ZapHandler::ZapHandler(zmq::context_t& context, AllowList allow, bool allow_null
 }
 
 ZapHandler::~ZapHandler() {
-  stop_ = true;
-  wakeup_.signal();
+  stop_.signal();
   if (thread_.joinable()) thread_.join();
   socket_.close();
 }
@@ -83,12 +84,9 @@ void ZapHandler::decide(const std::string& mechanism, const zmq::message_t* cred
 }
 
 void ZapHandler::run() {
-  while (!stop_.load()) {
-    zmq::pollitem_t items[] = {{socket_.handle(), 0, ZMQ_POLLIN, 0}, {nullptr, wakeup_.fd(), ZMQ_POLLIN, 0}};
+  for (;;) {
     try {
-      zmq::poll(items, 2, std::chrono::milliseconds(-1));  // no timeout: a request, or the destructor's wake-up
-      if (items[1].revents & ZMQ_POLLIN) wakeup_.clear();
-      if (!(items[0].revents & ZMQ_POLLIN)) continue;
+      if (!detail::wait_in(socket_, stop_)) return;  // the destructor's
       std::vector<zmq::message_t> req;
       if (!zmq::recv_multipart(socket_, std::back_inserter(req), zmq::recv_flags::dontwait)) continue;
       std::string request_id = req.size() > 1 ? req[1].to_string() : std::string();

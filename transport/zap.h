@@ -64,8 +64,7 @@ class ZapHandler {
   bool allow_null_;
   std::string label_;
   LogThrottle refusals_;
-  std::atomic<bool> stop_{false};
-  Wakeup wakeup_;  // the destructor's: the thread sleeps until a request or this
+  Wakeup stop_;  // signalled by the destructor: the thread sleeps until a request or this
   std::atomic<uint64_t> admitted_{0};
   std::atomic<uint64_t> denied_{0};
   std::thread thread_;
