@@ -24,7 +24,10 @@ void add_profile_command(CLI::App& root) {
   cmd->add_option("--microbatches", cfg->microbatches, "Micro-batches per batch (layers are timed at micro-batch size)")
       ->capture_default_str()
       ->check(flag_checks::positive());
-  cmd->add_option("--dataset-dir", cfg->dataset_dir, "Where Fashion-MNIST lives");
+  cmd->add_option("--schedule", cl->schedule, "Schedule the layers are timed for: gpipe | 1f1b | zb1 (each backward "
+                                             "timed as its input gradient, then its weight gradient)")
+      ->capture_default_str()->check(CLI::IsMember({"gpipe", "1f1b", "zb1"}));
+  cmd->add_option("--dataset-dir", cfg->dataset_dir, "Unused: a profile reads no data (kept for old scripts)");
   cmd->add_option("--json", *json_path, "Write the devices file here (default: print it)");
   cmd->callback([cfg, cl, json_path]() {
     prepare_coordinator(*cl, "cleave profile");

@@ -221,17 +221,19 @@ TEST_CASE("cleave plan places a model on a devices file within each device's mem
 
 TEST_CASE("cleave profile refuses bad flags before it listens", "[cli][profile]") {
   require_help_lists("profile", {"--model", "--devices", "--key", "--allow", "--listen", "--register-timeout",
-                                 "--insecure", "--batch", "--microbatches", "--dataset-dir", "--json"});
+                                 "--insecure", "--batch", "--microbatches", "--schedule", "--dataset-dir", "--json"});
   require_usage_error("profile --devices 2 --insecure", {"--model is required"});
   require_usage_error("profile --model '" + kMlp + "' --devices 2", {"cleave profile needs --key and --allow"});
   require_usage_error("profile --model '" + kMlp + "' --devices 0 --insecure", {"--devices", "must be positive"});
   require_usage_error("profile --model '" + kMlp + "' --insecure --batch -4", {"--batch", "must be positive"});
   require_usage_error("profile --model '" + kMlp + "' --insecure --register-timeout 0",
                       {"--register-timeout", "must be positive"});
+  require_usage_error("profile --model '" + kMlp + "' --insecure --schedule zigzag", {"--schedule", "zigzag"});
 }
 
+// A profile times the layers on synthetic inputs, so it needs no dataset: this
+// runs where Fashion-MNIST is absent.
 TEST_CASE("cleave profile measures live daemons and writes a devices file cleave plan reads", "[cli][profile]") {
-  CLEAVE_SKIP_UNLESS_FASHION_MNIST();
   DaemonCluster cluster(2);
   const std::string endpoint = "tcp://127.0.0.1:" + std::to_string(free_port());
   cluster.start(1, endpoint);  // they dial until the coordinator listens
@@ -270,6 +272,30 @@ TEST_CASE("cleave profile measures live daemons and writes a devices file cleave
   INFO(p.output);
   REQUIRE(p.code == 0);
   check_plan_stages(read_json(plan), layers, names);
+}
+
+// A language model needs a --text to train on, but not to be profiled; a zb1
+// profile times every layer's backward as B then W.
+TEST_CASE("cleave profile times gpt-tiny for zb1 without a text to train on", "[cli][profile]") {
+  const std::string gpt = CLEAVE_SOURCE_DIR "/models/gpt-tiny.json";
+  DaemonCluster cluster(1);
+  const std::string endpoint = "tcp://127.0.0.1:" + std::to_string(free_port());
+  cluster.start(1, endpoint);
+  TempDir dir;
+  const std::string devices = dir.file("devices.json");
+  const RunResult r = run_cleave("profile --model '" + gpt + "' --devices 1 --key '" + cluster.coordinator_key() +
+                                 "' --allow '" + cluster.allow() + "' --listen " + endpoint +
+                                 " --register-timeout 30000 --batch 8 --microbatches 4 --schedule zb1 --json '" +
+                                 devices + "'");
+  cluster.stop();
+  INFO(r.output << "\ndev1 log:\n" << cluster.log(1));
+  REQUIRE(r.code == 0);
+  const nlohmann::json d = read_json(devices);
+  REQUIRE(d.at("devices").size() == 1);
+  const auto& times = d.at("devices").at(0).at("layer_seconds");
+  REQUIRE(times.size() == static_cast<size_t>(num_layers(gpt)));
+  for (const auto& t : times) CHECK(t.get<double>() > 0);
+  CHECK_THAT(d.at("description").get<std::string>(), Catch::Contains("zb1") && Catch::Contains("gpt-tiny"));
 }
 
 TEST_CASE("cleave fed documents its flags and refuses bad ones before it listens", "[cli][fed]") {

@@ -87,9 +87,11 @@ nlohmann::json Driver::run_job() {
 
 void Driver::load_inputs() {
   spec_ = ModelSpec::load(cfg_.model_path);
-  TrainData data = load_train_data(cfg_, spec_);
-  train_ = std::move(data.train);
-  test_ = std::move(data.test);
+  if (!opts_.profile_only) {  // a profile times the layers on synthetic inputs: it reads no data
+    TrainData data = load_train_data(cfg_, spec_);
+    train_ = std::move(data.train);
+    test_ = std::move(data.test);
+  }
   schedule_ = parse_schedule(opts_.schedule);
   encoding_ = transport::parse_encoding(opts_.encoding);
   try {
@@ -136,7 +138,8 @@ nlohmann::json Driver::profile_result() {
   stop_all();
   nlohmann::json out = cluster_to_json(cluster);  // devices carry "layer_seconds" for this model
   out["description"] = "measured by cleave profile for model " + spec_.name + " (batch " +
-                       std::to_string(cfg_.batch) + ", " + std::to_string(cfg_.microbatches) + " micro-batches)";
+                       std::to_string(cfg_.batch) + ", " + std::to_string(cfg_.microbatches) + " micro-batches, " +
+                       schedule_name(schedule_) + ")";
   return out;
 }
 
