@@ -177,6 +177,7 @@ cleave_status run_client(cleave_client* c, std::string& message) {
       std::lock_guard<std::mutex> lock(c->mutex);
       if (c->data_failure.empty()) c->data_failure = why;
       c->stop = true;
+      c->wake.signal();
     };
     d.fed.supplied = read_app_data(c->options.data, "data", /*copy=*/false, c->stop, failed);
     if (c->options.test_data.fill && !c->stop) {
@@ -193,6 +194,7 @@ cleave_status run_client(cleave_client* c, std::string& message) {
   }
   d.on_event = [c](const cleave::DaemonEvent& e) { on_daemon_event(c, e); };
   d.release_requested = [c] { return c->release.exchange(false); };
+  d.wake = &c->wake;
   const int code = cleave::run_daemon(d, c->stop);
   if (code == cleave::kExitNoCoordinator) {
     std::lock_guard<std::mutex> lock(c->mutex);
@@ -277,6 +279,7 @@ extern "C" cleave_status cleave_client_destroy(cleave_client* client) {
     if (on_client_thread(client))
       return fail(CLEAVE_ERR_WRONG_STATE, "called from the client's own callback");
     client->stop = true;
+    client->wake.signal();
     if (client->thread.joinable()) client->thread.join();
     delete client;
     return CLEAVE_OK;
@@ -302,6 +305,7 @@ extern "C" cleave_status cleave_client_stop(cleave_client* client) {
     std::lock_guard<std::mutex> lock(client->mutex);
     if (!client->started) return fail(CLEAVE_ERR_WRONG_STATE, "the client was not started");
     client->stop = true;
+    client->wake.signal();
     return CLEAVE_OK;
   });
 }
@@ -337,6 +341,7 @@ extern "C" cleave_status cleave_client_release_memory(cleave_client* client) {
   return guarded(__func__, [&] {
     CLEAVE_REQUIRE(client, "client is null");
     client->release = true;
+    client->wake.signal();
     return CLEAVE_OK;
   });
 }

@@ -17,6 +17,7 @@
 #include "core/runtime/daemon/daemon.h"
 #include "device/device.h"
 #include "transport/log.h"
+#include "transport/wakeup.h"
 
 namespace cleave::sdk {
 
@@ -85,6 +86,7 @@ struct cleave_client {
   cleave_options options;
   std::atomic<bool> stop{false};
   std::atomic<bool> release{false};
+  cleave::transport::Wakeup wake;  // signalled after stop or release is set: the idle daemon looks at once
   std::thread thread;
   std::thread::id thread_id;  // the client's thread, once started
   mutable std::mutex mutex;   // guards everything below

@@ -151,16 +151,21 @@ Status ClientEndpoint::send(const Message& message) {
   return send_frames(m.socket, nullptr, message, m.counters, m.options.label);
 }
 
-Result<Message> ClientEndpoint::receive(Millis timeout) {
+Result<Message> ClientEndpoint::receive(Millis timeout, const Wakeup* woken) {
   Impl& m = *impl_;
   m.service();
-  if (!m.open) {  // backing off: wait (at most until the socket reopens)
-    const auto left = std::chrono::duration_cast<Millis>(m.reopen_at - Clock::now());
-    std::this_thread::sleep_for(std::clamp(left, Millis(0), timeout));
+  if (!m.open) {  // backing off: wait (at most until the socket reopens, or a signal)
+    const auto left = std::clamp(std::chrono::duration_cast<Millis>(m.reopen_at - Clock::now()), Millis(0), timeout);
+    if (woken) {
+      zmq::pollitem_t item{nullptr, woken->fd(), ZMQ_POLLIN, 0};
+      zmq::poll(&item, 1, left);
+    } else {
+      std::this_thread::sleep_for(left);
+    }
     return Failure{FailureKind::kTimeout, m.options.label + ": not connected (" + last_handshake_failure() + ")", {}};
   }
   try {
-    if (!poll_in(m.socket, timeout))
+    if (!poll_in(m.socket, timeout, woken))
       return Failure{FailureKind::kTimeout, m.options.label + ": no message within " +
                                                 std::to_string(timeout.count()) + " ms", {}};
     std::vector<zmq::message_t> frames;

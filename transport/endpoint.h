@@ -46,6 +46,8 @@
 
 namespace cleave::transport {
 
+class Wakeup;
+
 using Millis = std::chrono::milliseconds;
 
 struct EndpointStats {
@@ -196,7 +198,10 @@ class ClientEndpoint {
   ClientEndpoint& operator=(const ClientEndpoint&) = delete;
 
   Status send(const Message& message);
-  Result<Message> receive(Millis timeout);
+  // Waits up to `timeout` for a message; with `woken`, a signal on it ends the
+  // wait early (FailureKind::kTimeout, the Wakeup left signalled), so a caller
+  // can wait long and still be told to stop or to look at its flags.
+  Result<Message> receive(Millis timeout, const Wakeup* woken = nullptr);
 
   // True after a successful handshake, false after a disconnect.
   bool connected() const;

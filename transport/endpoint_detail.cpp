@@ -153,15 +153,24 @@ uint64_t frames_bytes(const std::vector<zmq::message_t>& frames, size_t first) {
   return n;
 }
 
-bool poll_in(zmq::socket_t& socket, Millis timeout) {
-  zmq::pollitem_t item{socket.handle(), 0, ZMQ_POLLIN, 0};
-  return zmq::poll(&item, 1, timeout) > 0;
+namespace {
+struct Ready {
+  bool socket = false;  // the socket has input
+  bool woken = false;   // the Wakeup was signalled
+};
+Ready wait_ready(zmq::socket_t& socket, Millis timeout, const Wakeup* woken) {
+  zmq::pollitem_t items[] = {{socket.handle(), 0, ZMQ_POLLIN, 0}, {nullptr, woken ? woken->fd() : -1, ZMQ_POLLIN, 0}};
+  zmq::poll(items, woken ? 2 : 1, timeout);
+  return {(items[0].revents & ZMQ_POLLIN) != 0, woken && (items[1].revents & ZMQ_POLLIN) != 0};
+}
+}  // namespace
+
+bool poll_in(zmq::socket_t& socket, Millis timeout, const Wakeup* woken) {
+  return wait_ready(socket, timeout, woken).socket;
 }
 
 bool wait_in(zmq::socket_t& socket, const Wakeup& woken) {
-  zmq::pollitem_t items[] = {{socket.handle(), 0, ZMQ_POLLIN, 0}, {nullptr, woken.fd(), ZMQ_POLLIN, 0}};
-  zmq::poll(items, 2, std::chrono::milliseconds(-1));
-  return !(items[1].revents & ZMQ_POLLIN);
+  return !wait_ready(socket, Millis(-1), &woken).woken;
 }
 
 }  // namespace detail

@@ -2,10 +2,20 @@
 // (include/cleave/cleave.hpp): its flags go into cleave_options_set by name,
 // unchanged, and it runs one SDK client to its end. Whatever cleaved does, an
 // app linking libcleave can do.
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
 #include <csignal>
+#include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <set>
+#include <stdexcept>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -20,8 +30,14 @@ namespace {
 
 constexpr int kExitFailure = 1;
 constexpr int kExitUsage = 2;  // also: no authenticated connection within --connect-timeout
-volatile std::sig_atomic_t g_stop = 0;
-void on_signal(int) { g_stop = 1; }
+// SIGINT / SIGTERM: the handler may only write to a descriptor; a thread
+// that sleeps on it (SignalStop) turns the write into client.stop(), so the
+// main thread waits for the client without waking to look at a flag.
+int g_signal_fd = -1;  // an eventfd
+void on_signal(int) {
+  const uint64_t one = 1;
+  [[maybe_unused]] const ssize_t n = write(g_signal_fd, &one, sizeof one);
+}
 
 // One option as given: by a flag or by a line of the configuration file.
 struct Setting {
@@ -157,26 +173,59 @@ int check_config(const cleave::Options& options, const Flags& f) {
   return 0;
 }
 
+// From construction (the handlers are installed) to destruction, a signal
+// stops the started client; the destructor ends the thread.
+class SignalStop {
+ public:
+  explicit SignalStop(cleave::Client& client) : client_(client) {
+    g_signal_fd = eventfd(0, EFD_CLOEXEC);
+    if (g_signal_fd < 0) throw std::runtime_error(std::string("cannot create an eventfd: ") + std::strerror(errno));
+    std::signal(SIGINT, on_signal);
+    std::signal(SIGTERM, on_signal);
+  }
+  // After client.start(): a signal that came before it stops the client now.
+  void watch() {
+    thread_ = std::thread([this] {
+      pollfd p{g_signal_fd, POLLIN, 0};
+      while (poll(&p, 1, -1) < 0 && errno == EINTR) {
+      }
+      if (done_) return;
+      try {
+        client_.stop();
+      } catch (const cleave::Error&) {  // it has ended: nothing to stop
+      }
+    });
+  }
+  // The handlers and the eventfd stay until the process exits: a signal that
+  // comes while it ends still finds them (and changes nothing).
+  ~SignalStop() {
+    done_ = true;
+    on_signal(0);
+    if (thread_.joinable()) thread_.join();
+  }
+  SignalStop(const SignalStop&) = delete;
+  SignalStop& operator=(const SignalStop&) = delete;
+
+ private:
+  cleave::Client& client_;
+  std::atomic<bool> done_{false};
+  std::thread thread_;
+};
+
 // Runs the client until it ends or a signal stops it; returns the exit status.
 int serve(const cleave::Options& options) {
   cleave::Client client(options);
-  std::signal(SIGINT, on_signal);
-  std::signal(SIGTERM, on_signal);
+  SignalStop signals(client);
   client.start();
-  bool stopping = false;
-  for (;;) {
-    if (g_stop && !stopping) {
-      client.stop();
-      stopping = true;
-    }
-    try {
-      if (client.wait(200)) return 0;
-    } catch (const cleave::Error& e) {
-      if (e.status() == CLEAVE_ERR_STOPPED) return 0;  // a signal: stopped as asked
-      std::fprintf(stderr, "cleaved: error: %s\n", e.what());
-      const bool unconnected = e.status() == CLEAVE_ERR_UNREACHABLE || e.status() == CLEAVE_ERR_REFUSED_KEY;
-      return unconnected ? kExitUsage : kExitFailure;
-    }
+  signals.watch();
+  try {
+    client.wait(-1);
+    return 0;
+  } catch (const cleave::Error& e) {
+    if (e.status() == CLEAVE_ERR_STOPPED) return 0;  // a signal: stopped as asked
+    std::fprintf(stderr, "cleaved: error: %s\n", e.what());
+    const bool unconnected = e.status() == CLEAVE_ERR_UNREACHABLE || e.status() == CLEAVE_ERR_REFUSED_KEY;
+    return unconnected ? kExitUsage : kExitFailure;
   }
 }
 
@@ -212,7 +261,7 @@ int main(int argc, char** argv) {
   try {
     apply_keys(options, flags);
     return flags.check_config ? check_config(options, flags) : serve(options);
-  } catch (const cleave::Error& e) {  // a key file, or options the client cannot start with
+  } catch (const std::exception& e) {  // a key file, options the client cannot start with, no eventfd
     std::fprintf(stderr, "cleaved: error: %s\n", e.what());
     return kExitFailure;
   }

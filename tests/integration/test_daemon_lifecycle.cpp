@@ -6,6 +6,8 @@
 
 #include <sys/wait.h>
 
+#include <csignal>
+
 #include <chrono>
 #include <thread>
 
@@ -172,4 +174,22 @@ TEST_CASE("a daemon answers commands that do not fit its state with errors and k
   CHECK(fin.request_id == 8);
   CHECK_THAT(fin.detail, Catch::Contains("\"op\":\"finish\""));
   CHECK(wait_exit(pid, 10s) == 0);  // --max-jobs 1: the job ran, the daemon is done
+}
+
+// Between jobs a registered daemon sleeps until a message or its next
+// registration, a second away: SIGTERM (through the SDK's stop and its
+// Wakeup) must end that sleep at once rather than at the next registration.
+TEST_CASE("a registered idle daemon stops at once on SIGTERM, not at its next registration", "[integration][daemon]") {
+  testing::DaemonCluster cluster(1);
+  FakeCoordinator coord(cluster);
+  const pid_t pid = cluster.start(1, coord.endpoint(), {"--max-jobs", "1"});
+  (void)coord.next<RegisterMsg>(20s);
+  (void)coord.next<RegisterMsg>(5s);  // registered and idle: it has begun its second's sleep
+  const auto t0 = std::chrono::steady_clock::now();
+  REQUIRE(kill(pid, SIGTERM) == 0);
+  const int code = wait_exit(pid, 10s);
+  const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0);
+  INFO("exited " << took.count() << " ms after SIGTERM\n" << cluster.log(1));
+  CHECK(code == 0);
+  CHECK(took < 700ms);  // the next registration was ~1 s away
 }

@@ -23,6 +23,7 @@
 #include "transport/endpoint.h"
 #include "transport/log.h"
 #include "transport/schema/cleave_generated.h"
+#include "transport/wakeup.h"
 #include "log_capture.h"
 
 using namespace cleave::transport;
@@ -441,6 +442,56 @@ TEST_CASE("a client pinned to the wrong server key backs off instead of retrying
   CHECK(retry_lines == client.failed_handshakes());  // one line per back-off step
   CHECK(server_lines == 1);                          // the rest are counted, logged with the next report
   CHECK(server.stats().handshakes_failed >= 2);
+}
+
+// An idle daemon waits for the coordinator up to a second at a time; a signal
+// on the Wakeup (a stop, a release request) must end that wait at once, on an
+// open connection and while the client backs off after a refused handshake.
+TEST_CASE("a client's receive ends when its Wakeup is signalled, connected or backing off", "[transport]") {
+  Keys k;
+  ServerEndpoint server(server_options(k));
+  auto ends_early = [](ClientEndpoint& client) {
+    Wakeup woken;
+    std::thread signaller([&] {
+      std::this_thread::sleep_for(50ms);
+      woken.signal();
+    });
+    const auto t0 = std::chrono::steady_clock::now();
+    auto r = client.receive(20000ms, &woken);
+    const auto waited = std::chrono::steady_clock::now() - t0;
+    signaller.join();
+    CHECK(r.is(FailureKind::kTimeout));
+    CHECK(waited < 10000ms);  // the signal, not the 20 s timeout, ended it
+    // Left signalled: the next wait returns at once too, until the owner clears it.
+    const auto t1 = std::chrono::steady_clock::now();
+    CHECK(client.receive(20000ms, &woken).is(FailureKind::kTimeout));
+    CHECK(std::chrono::steady_clock::now() - t1 < 10000ms);
+  };
+  SECTION("connected") {
+    ClientEndpoint client(client_options(server, k.good));
+    REQUIRE(client.wait_connected(5000ms));
+    ends_early(client);
+    // Still a working connection afterwards.
+    REQUIRE(client.send(heartbeat(1)).ok());
+    auto r = server.receive(5000ms);
+    REQUIRE(r.ok());
+    REQUIRE(server.send(r->peer, heartbeat(2)).ok());
+    CHECK(client.receive(5000ms).ok());
+  }
+  SECTION("backing off") {
+    LogCapture logs;
+    ClientOptions o = client_options(server, k.good);
+    o.server_public_key = generate_keypair().public_key;  // refused: the socket closes for 60 s
+    o.auth_backoff_initial_ms = 60000;
+    ClientEndpoint client(o);
+    const auto t0 = std::chrono::steady_clock::now();
+    while (client.failed_handshakes() == 0 && std::chrono::steady_clock::now() - t0 < 10000ms)
+      (void)client.receive(100ms);
+    REQUIRE(client.failed_handshakes() == 1);
+    (void)client.receive(0ms);        // it closes the socket when it next looks
+    REQUIRE(client.poll_fd() == -1);  // closed for the back-off
+    ends_early(client);
+  }
 }
 
 TEST_CASE("a control message over 1 MiB is refused by kind and the endpoint keeps serving",

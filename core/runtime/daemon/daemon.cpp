@@ -3,6 +3,7 @@
 
 #include "cleave/version.h"
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <memory>
@@ -19,6 +20,7 @@
 #include "transport/endpoint.h"
 #include "transport/keys.h"
 #include "transport/log.h"
+#include "transport/wakeup.h"
 
 namespace cleave {
 namespace {
@@ -72,6 +74,16 @@ const char* outcome_name(JobEnd end) {
 }
 
 // Logs why no connection was made within connect_timeout_ms, tells the embedder, and returns the exit code.
+// How long the loop between jobs may wait for the coordinator. Unconnected,
+// or with no Wakeup to say that the flags changed, it looks every 100 ms (a
+// new connection must register promptly); connected with one, it sleeps until
+// its next registration is due.
+Millis idle_wait(const DaemonOptions& opts, bool connected, Clock::time_point last_register) {
+  if (!connected || !opts.wake) return Millis(100);
+  const auto due = std::chrono::duration_cast<Millis>(last_register + std::chrono::seconds(1) - Clock::now());
+  return std::clamp(due, Millis(0), Millis(1000));
+}
+
 int give_up_unconnected(const DaemonOptions& opts, const ClientEndpoint& client) {
   const std::string why = no_coordinator_message(opts, client);
   log(LogLevel::kError, "cleaved " + opts.name + ": " + why + "; exiting");
@@ -222,7 +234,8 @@ int run_daemon(const DaemonOptions& opts_in, const std::atomic<bool>& stop) {
       channel.send(register_message());
       last_register = Clock::now();
     }
-    channel.poll(Millis(100));
+    channel.poll(idle_wait(opts, connected, last_register), opts.wake);
+    if (opts.wake) opts.wake->clear();  // before the flags are read: a later signal wakes the next wait
     if (opts.release_requested && opts.release_requested()) device->release_cached_memory();
     while (auto cmd = channel.pop_command()) {
       const uint64_t rid = cmd->request_id;

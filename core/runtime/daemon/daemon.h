@@ -24,6 +24,10 @@
 
 namespace cleave {
 
+namespace transport {
+class Wakeup;
+}
+
 // What a daemon tells the program that embeds it (the SDK's progress and
 // status, include/cleave/cleave.h). Delivered on the daemon's own thread.
 struct DaemonEvent {
@@ -71,8 +75,13 @@ struct DaemonOptions {
   std::string secret_key_z85;
   std::string coordinator_key_z85;
   std::function<void(const DaemonEvent&)> on_event;  // empty: nobody listens
-  // Polled between jobs (every ~100 ms): true releases the device's cached memory now.
+  // Polled between jobs: true releases the device's cached memory now.
   std::function<bool()> release_requested;
+  // Signalled by the embedder whenever `stop` or release_requested may have
+  // become true. With it, a registered daemon between jobs sleeps until a
+  // message or its next registration (once a second) instead of waking every
+  // 100 ms to look at its flags; without it (nullptr), it looks every 100 ms.
+  const transport::Wakeup* wake = nullptr;
 };
 
 // Exit code when no authenticated connection to the coordinator was made

@@ -10,8 +10,8 @@ namespace cleave {
 using namespace transport;
 using Clock = std::chrono::steady_clock;
 
-bool JobChannel::poll(Millis timeout) {
-  auto r = client_.receive(timeout);
+bool JobChannel::poll(Millis timeout, const Wakeup* woken) {
+  auto r = client_.receive(timeout, woken);
   if (!r) {
     if (r.is(FailureKind::kRejected))
       log(LogLevel::kWarning, "cleaved " + name_ + ": rejected a message from the coordinator: " + r.failure().message);

@@ -30,8 +30,9 @@ class JobChannel {
  public:
   JobChannel(transport::ClientEndpoint& client, std::string name) : client_(client), name_(std::move(name)) {}
 
-  // Handles at most one incoming message; returns false on timeout.
-  bool poll(transport::Millis timeout);
+  // Handles at most one incoming message; returns false on timeout, or
+  // early when `woken` is signalled (transport::ClientEndpoint::receive).
+  bool poll(transport::Millis timeout, const transport::Wakeup* woken = nullptr);
   // Handles everything already queued, without waiting.
   void drain() {
     while (poll(transport::Millis(0))) {
