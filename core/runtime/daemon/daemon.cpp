@@ -73,7 +73,6 @@ const char* outcome_name(JobEnd end) {
   return "finished";
 }
 
-// Logs why no connection was made within connect_timeout_ms, tells the embedder, and returns the exit code.
 // How long the loop between jobs may wait for the coordinator. Unconnected,
 // or with no Wakeup to say that the flags changed, it looks every 100 ms (a
 // new connection must register promptly); connected with one, it sleeps until
@@ -84,6 +83,7 @@ Millis idle_wait(const DaemonOptions& opts, bool connected, Clock::time_point la
   return std::clamp(due, Millis(0), Millis(1000));
 }
 
+// Logs why no connection was made within connect_timeout_ms, tells the embedder, and returns the exit code.
 int give_up_unconnected(const DaemonOptions& opts, const ClientEndpoint& client) {
   const std::string why = no_coordinator_message(opts, client);
   log(LogLevel::kError, "cleaved " + opts.name + ": " + why + "; exiting");
