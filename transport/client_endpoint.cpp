@@ -43,6 +43,9 @@ struct ClientEndpoint::Impl {
   bool failed = false;         // a handshake failed since the last service()
   uint64_t failures = 0;       // handshakes failed since the last successful one
   std::string failure_reason;  // why the last one failed
+  // Signalled with state_cv: a receive waiting on the socket wakes for a
+  // handshake's end too (a new connection, or a failed one, whose socket the next call closes).
+  Wakeup handshake_ended;
 
   void on_event(uint16_t event, uint32_t value, const std::string& address) {
     std::lock_guard lock(state_mutex);
@@ -52,6 +55,7 @@ struct ClientEndpoint::Impl {
       failures = 0;
       failure_reason.clear();
       state_cv.notify_all();
+      handshake_ended.signal();
     } else if (event == ZMQ_EVENT_DISCONNECTED) {
       ++counters.disconnects;
       if (connected) log(LogLevel::kInfo, options.label + ": disconnected from " + address);
@@ -70,6 +74,7 @@ struct ClientEndpoint::Impl {
     failed = true;
     failure_reason = std::move(why);
     state_cv.notify_all();
+    handshake_ended.signal();
   }
 
   void open_socket() {
@@ -165,7 +170,11 @@ Result<Message> ClientEndpoint::receive(Millis timeout, const Wakeup* woken) {
     return Failure{FailureKind::kTimeout, m.options.label + ": not connected (" + last_handshake_failure() + ")", {}};
   }
   try {
-    if (!poll_in(m.socket, timeout, woken))
+    // A caller that can be woken is woken for a handshake's end too; the state
+    // it announced is read by the caller's next call (service()).
+    const bool ready = poll_in(m.socket, timeout, {woken, woken ? &m.handshake_ended : nullptr});
+    if (woken) m.handshake_ended.clear();
+    if (!ready)
       return Failure{FailureKind::kTimeout, m.options.label + ": no message within " +
                                                 std::to_string(timeout.count()) + " ms", {}};
     std::vector<zmq::message_t> frames;

@@ -199,8 +199,10 @@ class ClientEndpoint {
 
   Status send(const Message& message);
   // Waits up to `timeout` for a message; with `woken`, a signal on it ends the
-  // wait early (FailureKind::kTimeout, the Wakeup left signalled), so a caller
-  // can wait long and still be told to stop or to look at its flags.
+  // wait early (FailureKind::kTimeout, the Wakeup left signalled), and so does
+  // the end of a handshake (a new connection, or a failed one that the next
+  // call closes the socket for), so a caller can wait long and still be told
+  // to stop, to look at its flags, or that it can now register.
   Result<Message> receive(Millis timeout, const Wakeup* woken = nullptr);
 
   // True after a successful handshake, false after a disconnect.

@@ -156,21 +156,29 @@ uint64_t frames_bytes(const std::vector<zmq::message_t>& frames, size_t first) {
 namespace {
 struct Ready {
   bool socket = false;  // the socket has input
-  bool woken = false;   // the Wakeup was signalled
+  bool woken = false;   // a Wakeup was signalled
 };
-Ready wait_ready(zmq::socket_t& socket, Millis timeout, const Wakeup* woken) {
-  zmq::pollitem_t items[] = {{socket.handle(), 0, ZMQ_POLLIN, 0}, {nullptr, woken ? woken->fd() : -1, ZMQ_POLLIN, 0}};
-  zmq::poll(items, woken ? 2 : 1, timeout);
-  return {(items[0].revents & ZMQ_POLLIN) != 0, woken && (items[1].revents & ZMQ_POLLIN) != 0};
+Ready wait_ready(zmq::socket_t& socket, Millis timeout, std::initializer_list<const Wakeup*> woken) {
+  zmq::pollitem_t items[3] = {{socket.handle(), 0, ZMQ_POLLIN, 0}};
+  int n = 1;
+  for (const Wakeup* w : woken) {
+    if (!w) continue;
+    if (n == 3) throw std::logic_error("poll_in: at most two Wakeups");
+    items[n++] = {nullptr, w->fd(), ZMQ_POLLIN, 0};
+  }
+  zmq::poll(items, static_cast<size_t>(n), timeout);
+  bool any = false;
+  for (int i = 1; i < n; ++i) any = any || (items[i].revents & ZMQ_POLLIN) != 0;
+  return {(items[0].revents & ZMQ_POLLIN) != 0, any};
 }
 }  // namespace
 
-bool poll_in(zmq::socket_t& socket, Millis timeout, const Wakeup* woken) {
+bool poll_in(zmq::socket_t& socket, Millis timeout, std::initializer_list<const Wakeup*> woken) {
   return wait_ready(socket, timeout, woken).socket;
 }
 
 bool wait_in(zmq::socket_t& socket, const Wakeup& woken) {
-  return !wait_ready(socket, Millis(-1), &woken).woken;
+  return !wait_ready(socket, Millis(-1), {&woken}).woken;
 }
 
 }  // namespace detail

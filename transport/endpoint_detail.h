@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -77,9 +78,10 @@ bool recv_all(zmq::socket_t& socket, std::vector<zmq::message_t>& frames);
 // Validates [header, payload...] (from frames[first]) into a Message; frames are shared, not copied.
 Result<Message> decode_frames(std::vector<zmq::message_t>& frames, size_t first, const DecodeLimits& limits);
 uint64_t frames_bytes(const std::vector<zmq::message_t>& frames, size_t first);
-// Sleeps until `socket` has input, `woken` (when given) is signalled, or
-// `timeout` passes (negative: no timeout); true when the socket has input.
-bool poll_in(zmq::socket_t& socket, Millis timeout, const Wakeup* woken = nullptr);
+// Sleeps until `socket` has input, one of `woken` (null entries ignored) is
+// signalled, or `timeout` passes (negative: no timeout); true when the socket
+// has input.
+bool poll_in(zmq::socket_t& socket, Millis timeout, std::initializer_list<const Wakeup*> woken = {});
 // Sleeps, with no timeout, until `socket` has input (true) or `woken` is
 // signalled (false): how a helper thread waits for work and is told to stop.
 bool wait_in(zmq::socket_t& socket, const Wakeup& woken);

@@ -27,9 +27,9 @@ namespace {
 // The coordinator's side of one daemon's connection, kept deliberately thin.
 class FakeCoordinator {
  public:
-  explicit FakeCoordinator(const testing::DaemonCluster& cluster) {
+  explicit FakeCoordinator(const testing::DaemonCluster& cluster, const std::string& bind = "tcp://127.0.0.1:*") {
     ServerOptions so;
-    so.bind = "tcp://127.0.0.1:*";
+    so.bind = bind;
     so.keys = load_secret_key(cluster.coordinator_key());
     so.allow = AllowList::load(cluster.allow());
     so.label = "test coordinator";
@@ -51,6 +51,7 @@ class FakeCoordinator {
     throw std::logic_error("unreachable");
   }
   void send(const Message& m) { REQUIRE(server_->send(peer_, m).ok()); }
+  uint64_t admitted() const { return server_->stats().zap_admitted; }  // CURVE handshakes its ZAP handler let in
 
  private:
   std::unique_ptr<ServerEndpoint> server_;
@@ -192,4 +193,30 @@ TEST_CASE("a registered idle daemon stops at once on SIGTERM, not at its next re
   INFO("exited " << took.count() << " ms after SIGTERM\n" << cluster.log(1));
   CHECK(code == 0);
   CHECK(took < 700ms);  // the next registration was ~1 s away
+}
+
+// An unconnected daemon waits up to 5 s at a time for its coordinator: the
+// handshake's end must wake it, so that it registers as soon as it is
+// connected, not at the end of that wait.
+TEST_CASE("a daemon dialling a coordinator that is not up yet registers as soon as the handshake is done",
+          "[integration][daemon]") {
+  testing::DaemonCluster cluster(1);
+  std::string endpoint;
+  {
+    FakeCoordinator probe(cluster);  // a free port: bound, then released
+    endpoint = probe.endpoint();
+  }
+  const pid_t pid = cluster.start(1, endpoint, {"--max-jobs", "1"});
+  std::this_thread::sleep_for(2000ms);  // started, probed its GFLOP/s and waiting
+  FakeCoordinator coord(cluster, endpoint);
+  const auto t0 = std::chrono::steady_clock::now();
+  while (coord.admitted() == 0 && std::chrono::steady_clock::now() - t0 < 20s) std::this_thread::sleep_for(2ms);
+  REQUIRE(coord.admitted() > 0);
+  const auto admitted_at = std::chrono::steady_clock::now();
+  (void)coord.next<RegisterMsg>(20s);
+  const auto gap = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - admitted_at);
+  INFO("registered " << gap.count() << " ms after its key was admitted\n" << cluster.log(1));
+  CHECK(gap < 700ms);  // the handshake's end woke it, not the end of its 5 s wait
+  REQUIRE(kill(pid, SIGTERM) == 0);
+  CHECK(wait_exit(pid, 10s) == 0);
 }

@@ -73,14 +73,34 @@ const char* outcome_name(JobEnd end) {
   return "finished";
 }
 
-// How long the loop between jobs may wait for the coordinator. Unconnected,
-// or with no Wakeup to say that the flags changed, it looks every 100 ms (a
-// new connection must register promptly); connected with one, it sleeps until
-// its next registration is due.
-Millis idle_wait(const DaemonOptions& opts, bool connected, Clock::time_point last_register) {
-  if (!connected || !opts.wake) return Millis(100);
-  const auto due = std::chrono::duration_cast<Millis>(last_register + std::chrono::seconds(1) - Clock::now());
-  return std::clamp(due, Millis(0), Millis(1000));
+// How long the loop between jobs may wait for the coordinator: with no Wakeup
+// to say that the flags changed, 100 ms; with one, until its next
+// registration or, unconnected, at most 5 s and not past `connect_deadline`
+// (--connect-timeout; time_point::max(): never). A wait also ends for a
+// message, the Wakeup, and the end of a handshake (a new connection registers
+// at once, a failed one backs off at once).
+Millis idle_wait(const DaemonOptions& opts, bool connected, Clock::time_point last_register,
+                 Clock::time_point connect_deadline) {
+  if (!opts.wake) return Millis(100);
+  const auto due = connected ? last_register + std::chrono::seconds(1)
+                             : std::min(Clock::now() + std::chrono::seconds(5), connect_deadline);
+  // Rounded up: woken a little early, the loop would find nothing due and spin until it is.
+  return std::clamp(std::chrono::ceil<Millis>(due - Clock::now()) + Millis(1), Millis(0), Millis(5000));
+}
+
+// The daemon's end of its link to the coordinator.
+ClientOptions coordinator_link(const DaemonOptions& opts, const KeyPair& keys, const std::string& coordinator_key) {
+  ClientOptions copts;
+  copts.connect = opts.coordinator;
+  copts.keys = keys;
+  copts.server_public_key = coordinator_key;
+  copts.insecure = opts.insecure;
+  copts.label = "cleaved " + opts.name;
+  // A lost coordinator is dialled again 1 s later, the wait doubling to 30 s
+  // (docs/recovery.md); once connected, the daemon registers every second.
+  copts.tuning.reconnect_ms = 1000;
+  copts.tuning.reconnect_max_ms = 30000;
+  return copts;
 }
 
 // Logs why no connection was made within connect_timeout_ms, tells the embedder, and returns the exit code.
@@ -169,17 +189,7 @@ int run_daemon(const DaemonOptions& opts_in, const std::atomic<bool>& stop) {
   const double gflops = measure_gflops(*device);
   log_device(opts.name, *device, gflops);
 
-  ClientOptions copts;
-  copts.connect = opts.coordinator;
-  copts.keys = keys;
-  copts.server_public_key = coordinator_key;
-  copts.insecure = opts.insecure;
-  copts.label = "cleaved " + opts.name;
-  // A lost coordinator is dialled again 1 s later, the wait doubling to 30 s
-  // (docs/recovery.md); once connected, the daemon registers every second.
-  copts.tuning.reconnect_ms = 1000;
-  copts.tuning.reconnect_max_ms = 30000;
-  ClientEndpoint client(copts);
+  ClientEndpoint client(coordinator_link(opts, keys, coordinator_key));
   JobChannel channel(client, opts.name);
   const auto watching = watch_daemon(metrics.get(), *device, client, channel);  // declared after what it reads
 
@@ -221,20 +231,22 @@ int run_daemon(const DaemonOptions& opts_in, const std::atomic<bool>& stop) {
   DaemonServices services(ctx);
   int jobs_done = 0;
   auto last_register = Clock::now() - std::chrono::seconds(10);
-  const auto dialled = Clock::now();
+  // --connect-timeout: when an unconnected daemon gives up.
+  const auto give_up_at =
+      opts.connect_timeout_ms > 0 ? Clock::now() + Millis(opts.connect_timeout_ms) : Clock::time_point::max();
   bool ever_connected = false;
   while (!stop && (opts.max_jobs < 0 || jobs_done < opts.max_jobs)) {
     const bool connected = client.connected();
     if (connected && !ever_connected) emit(opts, DaemonEvent::Kind::connected);
     ever_connected = ever_connected || connected;
-    if (!ever_connected && opts.connect_timeout_ms > 0 && Clock::now() - dialled > Millis(opts.connect_timeout_ms))
-      return give_up_unconnected(opts, client);
+    if (!ever_connected && Clock::now() > give_up_at) return give_up_unconnected(opts, client);
     // Registrations go out on an authenticated connection only (none pile up while it backs off).
     if (connected && Clock::now() - last_register > std::chrono::seconds(1)) {
       channel.send(register_message());
       last_register = Clock::now();
     }
-    channel.poll(idle_wait(opts, connected, last_register), opts.wake);
+    channel.poll(idle_wait(opts, connected, last_register, ever_connected ? Clock::time_point::max() : give_up_at),
+                 opts.wake);
     if (opts.wake) opts.wake->clear();  // before the flags are read: a later signal wakes the next wait
     if (opts.release_requested && opts.release_requested()) device->release_cached_memory();
     while (auto cmd = channel.pop_command()) {

@@ -78,8 +78,9 @@ struct DaemonOptions {
   // Polled between jobs: true releases the device's cached memory now.
   std::function<bool()> release_requested;
   // Signalled by the embedder whenever `stop` or release_requested may have
-  // become true. With it, a registered daemon between jobs sleeps until a
-  // message or its next registration (once a second) instead of waking every
+  // become true. With it, a daemon between jobs sleeps until a message, the
+  // end of a handshake, its next registration (once a second) or, unconnected,
+  // its --connect-timeout deadline (at most 5 s), instead of waking every
   // 100 ms to look at its flags; without it (nullptr), it looks every 100 ms.
   const transport::Wakeup* wake = nullptr;
 };
