@@ -106,7 +106,7 @@ void add_demo_command(CLI::App& root) {
   cmd->add_option("--max-steps", o->max_steps, "Stop after this many steps (--model gpt: 200)")
       ->check(flag_checks::positive());
   cmd->add_option("--schedule", o->schedule, "gpipe | 1f1b | zb1")->capture_default_str()
-      ->check(CLI::IsMember({"gpipe", "1f1b", "zb1"}));
+      ->check(schedule_check());
   cmd->add_option("--planner", o->planner, "balance (one stage per daemon) | auto (profile and plan)")
       ->capture_default_str()->check(CLI::IsMember({"auto", "balance"}));
   cmd->add_option("--microbatches", o->microbatches, "Micro-batches per batch")->capture_default_str()

@@ -53,7 +53,7 @@ void add_plan_command(CLI::App& root) {
       ->required()
       ->check(devices_file_not_count());
   cmd->add_option("--schedule", f->schedule, "gpipe | 1f1b | zb1")->capture_default_str()
-      ->check(CLI::IsMember({"gpipe", "1f1b", "zb1"}));
+      ->check(schedule_check());
   cmd->add_option("--microbatches", f->microbatches,
                   "Micro-batches per batch, or auto: the planner chooses the count with the fastest predicted batch "
                   "that fits")

@@ -26,7 +26,7 @@ void add_profile_command(CLI::App& root) {
       ->check(flag_checks::positive());
   cmd->add_option("--schedule", cl->schedule, "Schedule the layers are timed for: gpipe | 1f1b | zb1 (each backward "
                                              "timed as its input gradient, then its weight gradient)")
-      ->capture_default_str()->check(CLI::IsMember({"gpipe", "1f1b", "zb1"}));
+      ->capture_default_str()->check(schedule_check());
   cmd->add_option("--dataset-dir", cfg->dataset_dir, "Unused: a profile reads no data (kept for old scripts)");
   cmd->add_option("--json", *json_path, "Write the devices file here (default: print it)");
   cmd->callback([cfg, cl, json_path]() {

@@ -30,7 +30,7 @@ void add_train_command(CLI::App& root) {
       ->check(flag_checks::positive());
   add_coordinator_flags(*cmd, *cluster, "device", "Pipeline: ");
   cmd->add_option("--schedule", cluster->schedule, "Pipeline: gpipe | 1f1b | zb1 (zero bubble)")
-      ->capture_default_str()->check(CLI::IsMember({"gpipe", "1f1b", "zb1"}));
+      ->capture_default_str()->check(schedule_check());
   cmd->add_option("--encoding", cluster->encoding, "Pipeline: activations/gradients on peer links: f32 | f16 | int8")
       ->capture_default_str()->check(CLI::IsMember({"f32", "f16", "int8"}));
   cmd->add_option("--trace", cluster->trace_path, "Pipeline: write a Chrome trace (Perfetto / chrome://tracing) here");

@@ -8,11 +8,14 @@
 #include <fstream>
 #include <limits>
 #include <stdexcept>
+#include <string>
+#include <vector>
 
 #include "apps/cleave/commands.h"
 #include "apps/flag_checks.h"
 #include "core/io/atomic_file.h"
 #include "core/io/json_file.h"
+#include "core/pipeline/schedule.h"
 
 namespace cleave {
 
@@ -76,6 +79,12 @@ std::optional<int> parse_microbatches(const std::string& text) {
 }
 
 CLI::Validator microbatches_check() { return flag_checks::parsed_by(parse_microbatches, "N|auto"); }
+
+CLI::Validator schedule_check() {
+  return CLI::IsMember(std::vector<std::string>{schedule_name(ScheduleKind::gpipe),
+                                                schedule_name(ScheduleKind::one_f_one_b),
+                                                schedule_name(ScheduleKind::zb1)});
+}
 
 void finish_train_flags(TrainFlags& f) {
   try {

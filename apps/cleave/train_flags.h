@@ -35,6 +35,9 @@ void add_train_flags(CLI::App& cmd, TrainFlags& flags);
 std::optional<int> parse_microbatches(const std::string& text);
 // The CLI11 check of --microbatches (parse_microbatches), shared by train and plan.
 CLI::Validator microbatches_check();
+// The CLI11 check of --schedule: the schedule vocabulary's names (gpipe, 1f1b,
+// zb1; core/pipeline/schedule.h), shared by train, plan, profile and demo.
+CLI::Validator schedule_check();
 
 // Applies defaults that depend on other flags (AdamW's weight decay), reads
 // --microbatches into config.microbatches / microbatches_auto and validates (--text and --dataset exclude each other); throws UsageError.
