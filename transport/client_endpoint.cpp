@@ -161,12 +161,10 @@ Result<Message> ClientEndpoint::receive(Millis timeout, const Wakeup* woken) {
   m.service();
   if (!m.open) {  // backing off: wait (at most until the socket reopens, or a signal)
     const auto left = std::clamp(std::chrono::duration_cast<Millis>(m.reopen_at - Clock::now()), Millis(0), timeout);
-    if (woken) {
-      zmq::pollitem_t item{nullptr, woken->fd(), ZMQ_POLLIN, 0};
-      zmq::poll(&item, 1, left);
-    } else {
+    if (woken)
+      woken->wait(static_cast<int>(left.count()));
+    else
       std::this_thread::sleep_for(left);
-    }
     return Failure{FailureKind::kTimeout, m.options.label + ": not connected (" + last_handshake_failure() + ")", {}};
   }
   try {

@@ -1,6 +1,7 @@
 // wakeup.cpp: see wakeup.h.
 #include "transport/wakeup.h"
 
+#include <poll.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -26,6 +27,14 @@ void Wakeup::signal() const {
 void Wakeup::clear() const {
   uint64_t count = 0;
   [[maybe_unused]] const ssize_t n = ::read(fd_, &count, sizeof count);  // EAGAIN when already clear
+}
+
+bool Wakeup::wait(int timeout_ms) const {
+  pollfd p{fd_, POLLIN, 0};
+  int n = 0;
+  while ((n = ::poll(&p, 1, timeout_ms)) < 0 && errno == EINTR) {  // a signal handler ran: wait on
+  }
+  return n > 0;
 }
 
 }  // namespace cleave::transport

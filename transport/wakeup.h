@@ -22,10 +22,13 @@ class Wakeup {
 
   // Readable (POLLIN) from the first signal() until clear().
   int fd() const { return fd_; }
-  // Makes fd() readable; from any thread.
+  // Makes fd() readable; from any thread, and from a signal handler (one write()).
   void signal() const;
   // Makes fd() unreadable again; from the thread that sleeps on it.
   void clear() const;
+  // Sleeps until signalled (true) or `timeout_ms` passes (false; negative: no
+  // timeout). Leaves it signalled.
+  bool wait(int timeout_ms) const;
 
  private:
   int fd_ = -1;

@@ -2,18 +2,10 @@
 // (include/cleave/cleave.hpp): its flags go into cleave_options_set by name,
 // unchanged, and it runs one SDK client to its end. Whatever cleaved does, an
 // app linking libcleave can do.
-#include <poll.h>
-#include <sys/eventfd.h>
-#include <unistd.h>
-
 #include <atomic>
-#include <cerrno>
 #include <csignal>
-#include <cstdint>
 #include <cstdio>
-#include <cstring>
 #include <set>
-#include <stdexcept>
 #include <string>
 #include <thread>
 #include <utility>
@@ -25,19 +17,18 @@
 #include "apps/flag_checks.h"
 #include "cleave/cleave.hpp"
 #include "device/cpu/openmp_policy.h"
+#include "transport/wakeup.h"
 
 namespace {
 
 constexpr int kExitFailure = 1;
 constexpr int kExitUsage = 2;  // also: no authenticated connection within --connect-timeout
-// SIGINT / SIGTERM: the handler may only write to a descriptor; a thread
-// that sleeps on it (SignalStop) turns the write into client.stop(), so the
-// main thread waits for the client without waking to look at a flag.
-int g_signal_fd = -1;  // an eventfd
-void on_signal(int) {
-  const uint64_t one = 1;
-  [[maybe_unused]] const ssize_t n = write(g_signal_fd, &one, sizeof one);
-}
+// SIGINT / SIGTERM: the handler may only write to a descriptor (signal() on
+// a Wakeup); a thread that sleeps on it (SignalStop) turns the write into
+// client.stop(), so the main thread waits for the client without waking to
+// look at a flag.
+const cleave::transport::Wakeup* g_signalled = nullptr;
+void on_signal(int) { g_signalled->signal(); }
 
 // One option as given: by a flag or by a line of the configuration file.
 struct Setting {
@@ -178,17 +169,15 @@ int check_config(const cleave::Options& options, const Flags& f) {
 class SignalStop {
  public:
   explicit SignalStop(cleave::Client& client) : client_(client) {
-    g_signal_fd = eventfd(0, EFD_CLOEXEC);
-    if (g_signal_fd < 0) throw std::runtime_error(std::string("cannot create an eventfd: ") + std::strerror(errno));
+    static const cleave::transport::Wakeup signalled;  // throws std::runtime_error without an eventfd
+    g_signalled = &signalled;
     std::signal(SIGINT, on_signal);
     std::signal(SIGTERM, on_signal);
   }
   // After client.start(): a signal that came before it stops the client now.
   void watch() {
     thread_ = std::thread([this] {
-      pollfd p{g_signal_fd, POLLIN, 0};
-      while (poll(&p, 1, -1) < 0 && errno == EINTR) {
-      }
+      g_signalled->wait(-1);
       if (done_) return;
       try {
         client_.stop();
@@ -196,11 +185,11 @@ class SignalStop {
       }
     });
   }
-  // The handlers and the eventfd stay until the process exits: a signal that
+  // The handlers and the Wakeup stay until the process exits: a signal that
   // comes while it ends still finds them (and changes nothing).
   ~SignalStop() {
     done_ = true;
-    on_signal(0);
+    g_signalled->signal();
     if (thread_.joinable()) thread_.join();
   }
   SignalStop(const SignalStop&) = delete;
