@@ -55,6 +55,13 @@ std::string hex(const std::string& bytes) {
   return out;
 }
 
+// The socket `fd` names now (its inode), or 0 when it names none: an fd
+// number is reused once libzmq closes it, an inode is not.
+uint64_t inode_of(int fd) {
+  struct stat st {};
+  return fd >= 0 && ::fstat(fd, &st) == 0 && S_ISSOCK(st.st_mode) ? static_cast<uint64_t>(st.st_ino) : 0;
+}
+
 // The connections that sent a message, by socket fd (ZMQ_SRCFD): whose key
 // authenticated each, so that a revoked key's connections can be shut down.
 // An fd number is reused once libzmq closes it, so each entry also keeps the
@@ -97,10 +104,6 @@ class Connections {
     std::string name, key;
     uint64_t inode = 0;
   };
-  static uint64_t inode_of(int fd) {
-    struct stat st {};
-    return ::fstat(fd, &st) == 0 && S_ISSOCK(st.st_mode) ? static_cast<uint64_t>(st.st_ino) : 0;
-  }
   std::mutex mutex_;
   std::map<int, Entry> entries_;
 };
@@ -125,6 +128,7 @@ struct ServerEndpoint::Impl {
   struct PeerState {
     std::string routing_id;
     int fd = -1;
+    uint64_t inode = 0;  // of the socket `fd` named when the peer's last message arrived
     Clock::time_point last_seen;
     bool connected = false;
     PeerTraffic traffic;
@@ -156,13 +160,30 @@ struct ServerEndpoint::Impl {
         it->second.connected = false;
         events.push_back({PeerEvent::Kind::kRevoked, name});
       }
+    std::sort(fds.begin(), fds.end());
+    fds.erase(std::unique(fds.begin(), fds.end()), fds.end());
+    std::vector<int> later;
     for (int fd : fds)
-      for (auto& [name, p] : peers)
-        if (p.connected && p.fd == fd) {
-          p.connected = false;
-          events.push_back({PeerEvent::Kind::kDisconnected, name});
-          log(LogLevel::kInfo, options.label + ": peer " + name + " disconnected");
+      for (auto& [name, p] : peers) {
+        if (!p.connected || p.fd != fd) continue;
+        if (p.inode != 0 && inode_of(fd) == p.inode) {
+          later.push_back(fd);  // see below
+          continue;
         }
+        p.connected = false;
+        events.push_back({PeerEvent::Kind::kDisconnected, name});
+        log(LogLevel::kInfo, options.label + ": peer " + name + " disconnected");
+      }
+    // The fd still names the socket the peer's last message came through: the
+    // event is of an earlier connection that had the same fd number (a peer
+    // that reconnects, or a new one, can be accepted and send before this
+    // thread drains the old one's event), or libzmq reported the close of
+    // this connection an instant before making it. Either way the peer is not
+    // gone yet; the event is looked at again on the next drain.
+    if (!later.empty()) {
+      std::lock_guard lock(closed_mutex);
+      closed_fds.insert(closed_fds.end(), later.begin(), later.end());
+    }
   }
 
   void on_monitor_event(uint16_t event, uint32_t value, const std::string& address) {
@@ -323,6 +344,7 @@ Result<Received> ServerEndpoint::receive(Millis timeout) {
     // Any authenticated traffic (valid or not) proves the connection is alive.
     peer.routing_id = routing_id;
     peer.fd = fd;
+    peer.inode = inode_of(fd);
     peer.last_seen = Clock::now();
     if (!decoded) {
       m.counters.reject(m.options.label, name, decoded.failure().message);

@@ -391,6 +391,45 @@ TEST_CASE("a dead peer is noticed within seconds on both sides", "[transport][en
   CHECK(c2.stats().disconnects >= 1);
 }
 
+// libzmq gives a new connection the lowest free fd, which is often the one a
+// connection just closed had; its close reaches the server's thread later, on
+// the monitor. Here it arrives while the server is in a receive that then
+// returns the new connection's first message (the coordinator of
+// test_hostile_links saw a daemon's registration undone that way).
+TEST_CASE("a closed connection's event does not undo a new one that got its fd number", "[transport][endpoint]") {
+  Keys k;
+  ServerEndpoint server(server_options(k));
+  auto first = std::make_unique<ClientEndpoint>(client_options(server, k.good));
+  REQUIRE(first->wait_connected(3000ms));  // accepted and authenticated; it never sends
+  std::unique_ptr<ClientEndpoint> second;
+  std::thread peer([&] {
+    first.reset();
+    eventually([&] { return server.stats().disconnects >= 1; });  // the monitor has queued the close
+    std::this_thread::sleep_for(20ms);
+    second = std::make_unique<ClientEndpoint>(client_options(server, k.good));
+    (void)second->send(heartbeat(1));
+  });
+  auto got = server.receive(5000ms);  // started before the close, so it drains nothing
+  peer.join();
+  REQUIRE(got.ok());
+  REQUIRE(server.stats().disconnects == 1);
+  (void)server.receive(0ms);  // drains the close
+  for (const auto& e : server.take_peer_events()) CHECK(e.kind == PeerEvent::Kind::kConnected);
+  CHECK(server.connected_peers() == std::vector<std::string>{"good"});
+  REQUIRE(second->send(heartbeat(2)).ok());
+  CHECK(server.receive(3000ms).ok());
+  CHECK(server.connected_peers() == std::vector<std::string>{"good"});
+
+  // The new connection's own close is still seen.
+  second.reset();
+  CHECK(eventually([&] {
+    for (const auto& e : server.take_peer_events())
+      if (e.kind == PeerEvent::Kind::kDisconnected) return true;
+    return false;
+  }));
+  CHECK(server.connected_peers().empty());
+}
+
 TEST_CASE("insecure endpoints talk plain TCP and log a warning", "[transport][security]") {
   LogCapture logs;
   ServerOptions so;
