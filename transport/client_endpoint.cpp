@@ -160,7 +160,8 @@ Result<Message> ClientEndpoint::receive(Millis timeout, const Wakeup* woken) {
   Impl& m = *impl_;
   m.service();
   if (!m.open) {  // backing off: wait (at most until the socket reopens, or a signal)
-    const auto left = std::clamp(std::chrono::duration_cast<Millis>(m.reopen_at - Clock::now()), Millis(0), timeout);
+    auto left = std::max(Millis(0), std::chrono::duration_cast<Millis>(m.reopen_at - Clock::now()));
+    if (timeout >= Millis(0)) left = std::min(left, timeout);  // a negative timeout has no limit, as poll_in's
     if (woken)
       woken->wait(static_cast<int>(left.count()));
     else

@@ -202,7 +202,9 @@ class ClientEndpoint {
   // wait early (FailureKind::kTimeout, the Wakeup left signalled), and so does
   // the end of a handshake (a new connection, or a failed one that the next
   // call closes the socket for), so a caller can wait long and still be told
-  // to stop, to look at its flags, or that it can now register.
+  // to stop, to look at its flags, or that it can now register. A negative
+  // `timeout` has no limit; backing off, the wait then ends when the socket
+  // reopens (kTimeout, so that the caller's next call can hear from it).
   Result<Message> receive(Millis timeout, const Wakeup* woken = nullptr);
 
   // True after a successful handshake, false after a disconnect.

@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <set>
 #include <string>
@@ -483,6 +484,24 @@ TEST_CASE("a client pinned to the wrong server key backs off instead of retrying
   CHECK(server.stats().handshakes_failed >= 2);
 }
 
+// A client refused by `server` (it pinned another server key), its socket
+// closed for a back-off of `backoff_ms`.
+namespace {
+std::unique_ptr<ClientEndpoint> refused_client(ServerEndpoint& server, const Keys& k, int backoff_ms) {
+  ClientOptions o = client_options(server, k.good);
+  o.server_public_key = generate_keypair().public_key;
+  o.auth_backoff_initial_ms = backoff_ms;
+  auto client = std::make_unique<ClientEndpoint>(o);
+  const auto t0 = std::chrono::steady_clock::now();
+  while (client->failed_handshakes() == 0 && std::chrono::steady_clock::now() - t0 < 10000ms)
+    (void)client->receive(100ms);
+  REQUIRE(client->failed_handshakes() == 1);
+  (void)client->receive(0ms);        // it closes the socket when it next looks
+  REQUIRE(client->poll_fd() == -1);  // closed for the back-off
+  return client;
+}
+}  // namespace
+
 // An idle daemon waits for the coordinator up to a second at a time; a signal
 // on the Wakeup (a stop, a release request) must end that wait at once, on an
 // open connection and while the client backs off after a refused handshake.
@@ -519,18 +538,23 @@ TEST_CASE("a client's receive ends when its Wakeup is signalled, connected or ba
   }
   SECTION("backing off") {
     LogCapture logs;
-    ClientOptions o = client_options(server, k.good);
-    o.server_public_key = generate_keypair().public_key;  // refused: the socket closes for 60 s
-    o.auth_backoff_initial_ms = 60000;
-    ClientEndpoint client(o);
-    const auto t0 = std::chrono::steady_clock::now();
-    while (client.failed_handshakes() == 0 && std::chrono::steady_clock::now() - t0 < 10000ms)
-      (void)client.receive(100ms);
-    REQUIRE(client.failed_handshakes() == 1);
-    (void)client.receive(0ms);        // it closes the socket when it next looks
-    REQUIRE(client.poll_fd() == -1);  // closed for the back-off
-    ends_early(client);
+    auto client = refused_client(server, k, 60000);  // the socket closes for 60 s
+    ends_early(*client);
   }
+}
+
+// A negative timeout is no limit (as on a connected socket): backing off, the
+// receive waits until the socket reopens instead of returning at once, which
+// would have its caller spin.
+TEST_CASE("a client's receive without a time limit waits out its back-off", "[transport]") {
+  Keys k;
+  ServerEndpoint server(server_options(k));
+  auto client = refused_client(server, k, 1000);
+  const auto t1 = std::chrono::steady_clock::now();
+  CHECK(client->receive(Millis(-1)).is(FailureKind::kTimeout));
+  const auto waited = std::chrono::steady_clock::now() - t1;
+  CHECK(waited >= 300ms);   // most of the 1 s back-off (some passed before t1)
+  CHECK(waited < 10000ms);  // and not forever
 }
 
 TEST_CASE("a control message over 1 MiB is refused by kind and the endpoint keeps serving",
