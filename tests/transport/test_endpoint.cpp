@@ -181,7 +181,12 @@ TEST_CASE("a client pinned to the wrong server key never connects", "[transport]
   ClientOptions o = client_options(server, k.good);
   o.server_public_key = generate_keypair().public_key;  // impostor's key
   ClientEndpoint client(o);
-  REQUIRE(client.send(heartbeat(1)).ok());
+  // The send is queued, or refused as unreachable when the handshake has
+  // already failed (then the socket is closed for the back-off): a race with
+  // the server's refusal. Either way nothing arrives.
+  const Status sent = client.send(heartbeat(1));
+  INFO((sent.ok() ? std::string("queued") : sent.failure().message));
+  CHECK((sent.ok() || sent.is(FailureKind::kUnreachable)));
   CHECK(server.receive(500ms).is(FailureKind::kTimeout));
   CHECK(!client.connected());
 }
