@@ -113,6 +113,22 @@ std::map<std::string, long> switches_by_thread() {
   return out;
 }
 
+// A client refused by `server` (it pinned another server key), its socket
+// closed for a back-off of `backoff_ms`.
+std::unique_ptr<ClientEndpoint> refused_client(ServerEndpoint& server, const Keys& k, int backoff_ms) {
+  ClientOptions o = client_options(server, k.good);
+  o.server_public_key = generate_keypair().public_key;
+  o.auth_backoff_initial_ms = backoff_ms;
+  auto client = std::make_unique<ClientEndpoint>(o);
+  const auto t0 = std::chrono::steady_clock::now();
+  while (client->failed_handshakes() == 0 && std::chrono::steady_clock::now() - t0 < 10000ms)
+    (void)client->receive(100ms);
+  REQUIRE(client->failed_handshakes() == 1);
+  (void)client->receive(0ms);        // it closes the socket when it next looks
+  REQUIRE(client->poll_fd() == -1);  // closed for the back-off
+  return client;
+}
+
 }  // namespace
 
 TEST_CASE("unknown key, no-CURVE client and raw TCP junk are refused while an allowed client is served",
@@ -488,24 +504,6 @@ TEST_CASE("a client pinned to the wrong server key backs off instead of retrying
   CHECK(server_lines == 1);                          // the rest are counted, logged with the next report
   CHECK(server.stats().handshakes_failed >= 2);
 }
-
-// A client refused by `server` (it pinned another server key), its socket
-// closed for a back-off of `backoff_ms`.
-namespace {
-std::unique_ptr<ClientEndpoint> refused_client(ServerEndpoint& server, const Keys& k, int backoff_ms) {
-  ClientOptions o = client_options(server, k.good);
-  o.server_public_key = generate_keypair().public_key;
-  o.auth_backoff_initial_ms = backoff_ms;
-  auto client = std::make_unique<ClientEndpoint>(o);
-  const auto t0 = std::chrono::steady_clock::now();
-  while (client->failed_handshakes() == 0 && std::chrono::steady_clock::now() - t0 < 10000ms)
-    (void)client->receive(100ms);
-  REQUIRE(client->failed_handshakes() == 1);
-  (void)client->receive(0ms);        // it closes the socket when it next looks
-  REQUIRE(client->poll_fd() == -1);  // closed for the back-off
-  return client;
-}
-}  // namespace
 
 // An idle daemon waits for the coordinator up to a second at a time; a signal
 // on the Wakeup (a stop, a release request) must end that wait at once, on an
