@@ -7,6 +7,7 @@
 #include <chrono>
 #include <set>
 #include <stdexcept>
+#include <thread>
 
 #include <zmq.hpp>
 
@@ -146,6 +147,37 @@ TEST_CASE("a job that throws releases its daemons and the error reaches the call
   // And on success the daemons are released too, after the body's result.
   CHECK(session.run_job({name}, false, [] { return 7; }) == 7);
   CHECK(std::holds_alternative<FinishCmd>(next_command(*a)));
+}
+
+// A daemon on its last job acknowledges the finish request and exits at once:
+// its ack and its disconnect reach a coordinator that was busy elsewhere
+// together. The ack is read first; only then is the daemon gone (the official
+// CI on a loaded machine failed two runs so: "device dev1 (stage 0)
+// disconnected at step 8", the ack unread behind the disconnect).
+TEST_CASE("a daemon's last message before it disconnects is read before it is declared dead",
+          "[runtime][session]") {
+  Session session(plain("cleave test"));
+  auto a = daemon_at(session.server().endpoint());
+  const std::string name = register_one(session, *a);
+  PeerPool& pool = session.pool();
+  pool.set_monitoring(true);
+  REQUIRE(a->send(message_of(AckMsg{42, "{\"op\": \"finish\"}"}, 42)).ok());
+  a.reset();  // closes its socket: the ack is flushed (linger), then the connection ends
+  // Busy elsewhere: the disconnect's monitor event is in by the time we look.
+  for (int i = 0; i < 50 && session.server().stats().disconnects == 0; ++i) std::this_thread::sleep_for(20ms);
+  REQUIRE(session.server().stats().disconnects == 1);
+  std::this_thread::sleep_for(100ms);
+
+  auto got = pool.receive(100ms);
+  REQUIRE(got);
+  CHECK(got->peer == name);
+  CHECK(std::holds_alternative<AckMsg>(got->message.body));
+  CHECK_FALSE(pool.at(name).dead);  // what the driver checks right after each receive
+
+  // Then, with nothing more from it, it is declared dead.
+  for (int i = 0; i < 20 && !pool.at(name).dead; ++i) (void)pool.receive(20ms);
+  CHECK(pool.at(name).dead);
+  CHECK(pool.at(name).dead_reason == "disconnected");
 }
 
 TEST_CASE("a message the transport rejects is logged once, and counted in the audit", "[runtime][session]") {

@@ -48,8 +48,7 @@ void PeerPool::check_health() {
   if (interrupted_ && interrupted_()) throw std::runtime_error("interrupted");
   if (!monitoring_) return;
   for (const PeerEvent& e : server_.take_peer_events())
-    if (e.kind == PeerEvent::Kind::kDisconnected) mark_dead(e.peer, "disconnected");
-    else if (e.kind == PeerEvent::Kind::kRevoked) mark_dead(e.peer, "key revoked");
+    if (e.kind == PeerEvent::Kind::kDisconnected || e.kind == PeerEvent::Kind::kRevoked) gone_.push_back(e);
   if (Clock::now() - last_heartbeat_ > Millis(300)) {
     last_heartbeat_ = Clock::now();
     HeartbeatMsg hb;
@@ -78,6 +77,20 @@ std::optional<Received> PeerPool::receive(Millis timeout) {
 
 std::optional<Received> PeerPool::receive_one(Millis timeout) {
   check_health();
+  if (!gone_.empty()) {
+    // What a peer sent before it went (a daemon on its last job acks the
+    // finish request and exits) is readable still: it is handed out first,
+    // and the peer is dead once nothing is waiting.
+    if (auto got = read_one(Millis(0))) return got;
+    if (!inbox_drained_) return std::nullopt;  // one was read and swallowed: look again
+    for (const PeerEvent& e : gone_)
+      mark_dead(e.peer, e.kind == PeerEvent::Kind::kRevoked ? "key revoked" : "disconnected");
+    gone_.clear();
+  }
+  return read_one(timeout);
+}
+
+std::optional<Received> PeerPool::read_one(Millis timeout) {
   auto r = server_.receive(timeout);
   inbox_drained_ = !r && r.is(FailureKind::kTimeout);
   if (!r) {

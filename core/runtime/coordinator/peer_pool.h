@@ -4,8 +4,9 @@
 //
 // receive() is the only way messages are read: it keeps the daemons'
 // heartbeats going, notices disconnects and silence (a daemon silent for
-// `peer_timeout_ms` while nothing waits unread is declared dead), counts each
-// sender's message kinds for the run's audit, and swallows heartbeats.
+// `peer_timeout_ms` while nothing waits unread is declared dead; one that
+// disconnected, once what it sent before is read), counts each sender's
+// message kinds for the run's audit, and swallows heartbeats.
 //
 // It is also the first gate of who may send what (docs/protocol.md): a
 // sender is known by its authenticated key (the ZAP User-Id), never by what
@@ -89,6 +90,7 @@ class PeerPool {
   uint64_t last_request_id_ = 0;
   void check_health();
   std::optional<transport::Received> receive_one(transport::Millis timeout);
+  std::optional<transport::Received> read_one(transport::Millis timeout);  // one message through the gate
 
   transport::ServerEndpoint& server_;
   std::string who_;
@@ -101,6 +103,7 @@ class PeerPool {
   std::map<std::string, std::set<std::string>> refused_logged_;  // peer -> reasons already logged
   bool monitoring_ = false;
   bool inbox_drained_ = false;  // the last receive found nothing waiting
+  std::vector<transport::PeerEvent> gone_;  // disconnects and revocations not yet acted on (receive_one)
   std::chrono::steady_clock::time_point last_heartbeat_ = std::chrono::steady_clock::now();
   uint64_t heartbeat_seq_ = 0;
 };
