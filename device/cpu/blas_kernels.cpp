@@ -18,16 +18,19 @@ std::string lower(std::string s) {
 
 }  // namespace
 
-std::string blas_kernel_advice(const std::string& corename, const CpuVectorUnits& cpu) {
+std::string blas_better_coretype(const std::string& corename, const CpuVectorUnits& cpu) {
   // OpenBLAS's x86-64 kernels without AVX2 (DYNAMIC_ARCH core names, lower case).
   static const std::set<std::string> pre_avx2 = {
       "prescott", "core2",   "penryn",   "dunnington", "nehalem",   "atom",     "sandybridge",
       "opteron",  "opteron_sse3", "barcelona", "bobcat", "bulldozer", "piledriver", "steamroller",
       "excavator", "katmai", "coppermine", "northwood", "banias",   "generic"};
-  const std::string core = lower(corename);
-  if (!pre_avx2.count(core)) return {};
-  const char* better = cpu.avx512 ? "SkylakeX" : cpu.avx2_fma ? "Haswell" : nullptr;
-  if (!better) return {};
+  if (!pre_avx2.count(lower(corename))) return {};
+  return cpu.avx512 ? "SkylakeX" : cpu.avx2_fma ? "Haswell" : "";
+}
+
+std::string blas_kernel_advice(const std::string& corename, const CpuVectorUnits& cpu) {
+  const std::string better = blas_better_coretype(corename, cpu);
+  if (better.empty()) return {};
   return std::string("OpenBLAS chose its ") + corename + " kernels, but this CPU has " +
          (cpu.avx512 ? "AVX-512" : "AVX2 and FMA") +
          " (a hypervisor that hides the CPU model does this): matrix products run several times slower. Start "
@@ -35,17 +38,29 @@ std::string blas_kernel_advice(const std::string& corename, const CpuVectorUnits
          " in cleaved.service)";
 }
 
-std::string openblas_kernel_advice() {
 #if defined(__x86_64__) && defined(__GNUC__)
+namespace {
+
+CpuVectorUnits this_cpu() {
   CpuVectorUnits cpu;
   cpu.avx2_fma = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
   cpu.avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
-  const char* name = openblas_get_corename();
-  return blas_kernel_advice(name ? name : "", cpu);
-#else
-  return {};
-#endif
+  return cpu;
 }
+
+std::string this_corename() {
+  const char* name = openblas_get_corename();
+  return name ? name : "";
+}
+
+}  // namespace
+
+std::string openblas_kernel_advice() { return blas_kernel_advice(this_corename(), this_cpu()); }
+std::string openblas_better_coretype() { return blas_better_coretype(this_corename(), this_cpu()); }
+#else
+std::string openblas_kernel_advice() { return {}; }
+std::string openblas_better_coretype() { return {}; }
+#endif
 
 }  // namespace cleave

@@ -22,8 +22,13 @@ struct CpuVectorUnits {
 // are well below what `cpu` offers: which OPENBLAS_CORETYPE to start with. Empty
 // when the choice fits (or is newer than what is known here).
 std::string blas_kernel_advice(const std::string& corename, const CpuVectorUnits& cpu);
+// The OPENBLAS_CORETYPE of that advice ("SkylakeX", "Haswell"), empty when there is none.
+std::string blas_better_coretype(const std::string& corename, const CpuVectorUnits& cpu);
 
-// blas_kernel_advice for this process's OpenBLAS and CPU (empty off x86-64).
+// blas_kernel_advice and blas_better_coretype for this process's OpenBLAS and
+// CPU (empty off x86-64). A process that starts others (cleave demo) can give
+// them the better kernels through their environment.
 std::string openblas_kernel_advice();
+std::string openblas_better_coretype();
 
 }  // namespace cleave

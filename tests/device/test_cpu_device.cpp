@@ -880,6 +880,12 @@ TEST_CASE("the daemon's advice on OpenBLAS kernels below the CPU names the core 
   CHECK(blas_kernel_advice("SkylakeX", avx512).empty());
   CHECK(blas_kernel_advice("Zen", avx2).empty());
   CHECK(blas_kernel_advice("ARMV8", none).empty());
-  // This process: whatever OpenBLAS chose here, the check runs and does not throw.
+  // The core type alone, for the environment of a process to start (cleave demo).
+  CHECK(blas_better_coretype("Prescott", avx512) == "SkylakeX");
+  CHECK(blas_better_coretype("Sandybridge", avx2) == "Haswell");
+  CHECK(blas_better_coretype("Prescott", none).empty());
+  CHECK(blas_better_coretype("Haswell", avx512).empty());
+  // This process: whatever OpenBLAS chose here, the check runs, and advice and core type agree.
   CHECK_NOTHROW(openblas_kernel_advice());
+  CHECK(openblas_kernel_advice().empty() == openblas_better_coretype().empty());
 }
