@@ -153,11 +153,6 @@ uint64_t frames_bytes(const std::vector<zmq::message_t>& frames, size_t first) {
   return n;
 }
 
-namespace {
-struct Ready {
-  bool socket = false;  // the socket has input
-  bool woken = false;   // a Wakeup was signalled
-};
 Ready wait_ready(zmq::socket_t& socket, Millis timeout, std::initializer_list<const Wakeup*> woken) {
   zmq::pollitem_t items[3] = {{socket.handle(), 0, ZMQ_POLLIN, 0}};
   int n = 1;
@@ -171,7 +166,6 @@ Ready wait_ready(zmq::socket_t& socket, Millis timeout, std::initializer_list<co
   for (int i = 1; i < n; ++i) any = any || (items[i].revents & ZMQ_POLLIN) != 0;
   return {(items[0].revents & ZMQ_POLLIN) != 0, any};
 }
-}  // namespace
 
 bool poll_in(zmq::socket_t& socket, Millis timeout, std::initializer_list<const Wakeup*> woken) {
   return wait_ready(socket, timeout, woken).socket;

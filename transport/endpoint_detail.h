@@ -79,8 +79,13 @@ bool recv_all(zmq::socket_t& socket, std::vector<zmq::message_t>& frames);
 Result<Message> decode_frames(std::vector<zmq::message_t>& frames, size_t first, const DecodeLimits& limits);
 uint64_t frames_bytes(const std::vector<zmq::message_t>& frames, size_t first);
 // Sleeps until `socket` has input, one of `woken` (null entries ignored) is
-// signalled, or `timeout` passes (negative: no timeout); true when the socket
-// has input.
+// signalled, or `timeout` passes (negative: no timeout), and says which.
+struct Ready {
+  bool socket = false;  // the socket has input
+  bool woken = false;   // a Wakeup was signalled
+};
+Ready wait_ready(zmq::socket_t& socket, Millis timeout, std::initializer_list<const Wakeup*> woken);
+// wait_ready's `socket`: true when the socket has input.
 bool poll_in(zmq::socket_t& socket, Millis timeout, std::initializer_list<const Wakeup*> woken = {});
 // Sleeps, with no timeout, until `socket` has input (true) or `woken` is
 // signalled (false): how a helper thread waits for work and is told to stop.

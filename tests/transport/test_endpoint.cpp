@@ -521,8 +521,10 @@ TEST_CASE("a client's receive ends when its Wakeup is signalled, connected or ba
     auto r = client.receive(20000ms, &woken);
     const auto waited = std::chrono::steady_clock::now() - t0;
     signaller.join();
-    CHECK(r.is(FailureKind::kTimeout));
+    REQUIRE(r.is(FailureKind::kTimeout));
     CHECK(waited < 10000ms);  // the signal, not the 20 s timeout, ended it
+    // It says why it ended: never "no message within 20000 ms" after 50 ms.
+    CHECK(r.failure().message.find("no message within") == std::string::npos);
     // Left signalled: the next wait returns at once too, until the owner clears it.
     const auto t1 = std::chrono::steady_clock::now();
     CHECK(client.receive(20000ms, &woken).is(FailureKind::kTimeout));
@@ -532,6 +534,10 @@ TEST_CASE("a client's receive ends when its Wakeup is signalled, connected or ba
     ClientEndpoint client(client_options(server, k.good));
     REQUIRE(client.wait_connected(5000ms));
     ends_early(client);
+    // A receive that runs its whole time says so.
+    auto quiet = client.receive(50ms);
+    REQUIRE(quiet.is(FailureKind::kTimeout));
+    CHECK(quiet.failure().message.find("no message within 50 ms") != std::string::npos);
     // Still a working connection afterwards.
     REQUIRE(client.send(heartbeat(1)).ok());
     auto r = server.receive(5000ms);
