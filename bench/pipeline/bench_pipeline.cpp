@@ -43,6 +43,10 @@
 //       theory's bubble for this run's stages, their imbalance included.
 //   limit          = "model" when the pipeline reaches >= 85% of that ideal
 //       (the split of the model's layers is what caps it), else "pipeline"
+//   vs torch       = cleave's rate over PyTorch's row of the same stages and
+//       schedule, whose rate is the batch over its median step: cleave's
+//       whole-run rate / its steady rate (the batch over the median time
+//       between consecutive steps, `median_step_seconds` of the run's JSON)
 //   cpu s          = CPU seconds (user + system) of this process over the run
 //       plus, for pipelines, of the reaped daemons: the work the setup costs,
 //       independent of how busy the rest of the machine is.
@@ -164,6 +168,10 @@ struct Row {
   double train_seconds = 0;
   double speedup = 0;   // vs local 1 thread of the same model
   double vs_torch = 0;  // vs PyTorch's row of the same model, stages and schedule (0: none)
+  // Pipeline rows: the batch over the median time between consecutive steps
+  // (the statistic of PyTorch's rows), and that against PyTorch's row.
+  double steady_samples_per_sec = 0;
+  double vs_torch_steady = 0;
   double accuracy = -1, val_loss = -1;
   std::vector<double> compute, send;  // per stage, seconds
   double bubble_measured = -1, bubble_theoretical = -1;
@@ -414,6 +422,7 @@ Row run_pipeline(const BenchOptions& o, const ModelInfo& m, const std::string& t
     row.context = m.context;
     take_result(row, r);
     row.train_seconds = r.at("train_seconds").get<double>();
+    row.steady_samples_per_sec = static_cast<double>(m.batch) / std::max(1e-9, r.at("median_step_seconds").get<double>());
     row.plan = r.at("plan");
     if (r.contains("stages")) row.stage_memory = r.at("stages");
     if (r.contains("prediction")) {
@@ -488,6 +497,7 @@ json rep_json(const Row& r) {
             {"cpu_seconds_daemons", r.cpu_daemons}};
   if (r.context > 1) j["tokens_per_sec"] = r.samples_per_sec * static_cast<double>(r.context);
   if (r.kind == "pipe") {
+    j["steady_samples_per_sec"] = r.steady_samples_per_sec;
     j["stage_compute_seconds"] = r.compute;
     j["stage_send_seconds"] = r.send;
     j["bubble_measured"] = r.bubble_measured;
@@ -512,6 +522,9 @@ Row median_row(const std::vector<Row>& reps) {
   Row row = reps[nearest];
   row.samples_per_sec = med;
   row.rep_samples_per_sec = rates;
+  std::vector<double> steady;
+  for (const Row& r : reps) steady.push_back(r.steady_samples_per_sec);
+  row.steady_samples_per_sec = median(steady);
   row.reps = json::array();
   for (const Row& r : reps) row.reps.push_back(rep_json(r));
   return row;
@@ -539,7 +552,10 @@ void compare_rows(std::vector<Row>& rows) {
     r.speedup = r.samples_per_sec / std::max(1e-9, baseline[r.model]);
     if (r.kind != "pipe") continue;
     if (r.recompute == "none")
-      if (const Row* t = find(r, "torch", "none")) r.vs_torch = r.samples_per_sec / t->samples_per_sec;
+      if (const Row* t = find(r, "torch", "none")) {
+        r.vs_torch = r.samples_per_sec / t->samples_per_sec;
+        r.vs_torch_steady = r.steady_samples_per_sec / t->samples_per_sec;
+      }
     if (r.recompute != "none")
       if (const Row* n = find(r, "pipe", "none")) {
         r.recompute_time_ratio = n->samples_per_sec / std::max(1e-9, r.samples_per_sec);
@@ -607,7 +623,9 @@ json to_json(const Row& r) {
   j["ideal_samples_per_sec"] = r.ideal_samples_per_sec;
   j["plan"] = r.plan;
   j["stage_memory"] = r.stage_memory;
+  j["steady_samples_per_sec"] = r.steady_samples_per_sec;
   if (r.vs_torch > 0) j["speedup_vs_torch_same_schedule"] = r.vs_torch;
+  if (r.vs_torch_steady > 0) j["speedup_vs_torch_steady"] = r.vs_torch_steady;
   if (r.recompute_time_ratio > 0) j["recompute_time_ratio"] = r.recompute_time_ratio;
   if (r.recompute_peak_ratio > 0) j["recompute_peak_memory_ratio"] = r.recompute_peak_ratio;
   if (!r.prediction.is_null()) j["prediction"] = r.prediction;
@@ -615,7 +633,7 @@ json to_json(const Row& r) {
 }
 
 void print_header() {
-  std::printf("%-8s %-20s %9s %-5s %8s %8s %-15s %-15s %6s %6s %6s %9s %9s %6s %6s %5s %s\n", "model", "setup", "rate",
+  std::printf("%-8s %-20s %9s %-5s %8s %9s %-15s %-15s %6s %6s %6s %9s %9s %6s %6s %5s %s\n", "model", "setup", "rate",
               "unit", "speed-up", "vs torch", "busy(compute)", "send", "bubble", "theory", "split", "ideal", "meas/pred",
               "cpu s", "acc", "load", "limit");
 }
@@ -629,7 +647,7 @@ void print_row(const Row& r, double baseline) {
     std::snprintf(split, sizeof split, "%.2f", r.bubble_split);
     std::snprintf(ideal, sizeof ideal, "%.0f", r.ideal_samples_per_sec * scale);
   }
-  if (r.vs_torch > 0) std::snprintf(vs, sizeof vs, "%.2fx", r.vs_torch);
+  if (r.vs_torch > 0) std::snprintf(vs, sizeof vs, "%.2f/%.2f", r.vs_torch, r.vs_torch_steady);
   if (!r.prediction.is_null()) std::snprintf(pred, sizeof pred, "%.2f", r.prediction.value("measured_over_predicted", 0.0));
   if (r.context > 1 && r.val_loss >= 0) std::snprintf(acc, sizeof acc, "%.2f", r.val_loss);
   else if (r.context == 1 && r.accuracy >= 0) std::snprintf(acc, sizeof acc, "%.3f", r.accuracy);
@@ -638,7 +656,7 @@ void print_row(const Row& r, double baseline) {
                 r.note.c_str());
     return;
   }
-  std::printf("%-8s %-20s %9.0f %-5s %7.2fx %8s %-15s %-15s %6s %6s %6s %9s %9s %6.1f %6s %5.1f %s\n", r.model.c_str(),
+  std::printf("%-8s %-20s %9.0f %-5s %7.2fx %9s %-15s %-15s %6s %6s %6s %9s %9s %6.1f %6s %5.1f %s\n", r.model.c_str(),
               r.setup.c_str(), r.samples_per_sec * scale, r.context > 1 ? "tok/s" : "smp/s", r.speedup, vs,
               fractions(r.compute, r.train_seconds).c_str(), fractions(r.send, r.train_seconds).c_str(), bubble, theory,
               split, ideal, pred, r.cpu_self + r.cpu_daemons, acc, r.load1, limit_of(r, baseline).c_str());
@@ -670,7 +688,14 @@ void print_rows(const std::vector<Row>& rows) {
   for (const Row& r : rows)
     if (r.kind == "local" && r.threads == 1 && r.microbatches == 1) baseline[r.model] = r.samples_per_sec;
   print_header();
-  for (const Row& r : rows) print_row(r, baseline[r.model]);
+  bool vs_torch = false;
+  for (const Row& r : rows) {
+    print_row(r, baseline[r.model]);
+    vs_torch = vs_torch || r.vs_torch > 0;
+  }
+  if (vs_torch)
+    std::printf("vs torch: cleave's whole-run rate / its steady rate (batch over its median step), each over "
+                "PyTorch's (its median step)\n");
   for (const Row& r : rows)
     if (!r.prediction.is_null()) {
       // Each stage's compute per batch, measured over predicted: a wrong layer

@@ -83,6 +83,11 @@ TEST_CASE("3 daemons reproduce local training (gpipe, 1f1b and zb1)", "[integrat
       CHECK(piped["plan"].size() == 3);
       CHECK(piped["plan"][0]["layers"][0] == 0);
       CHECK(piped["plan"][2]["layers"][1] == 10);
+      // The steady batch time is the median of the 19 gaps between the 20
+      // steps' ends, which lie within the training time: at most twice their mean.
+      const double median_step = piped["median_step_seconds"].get<double>();
+      CHECK(median_step > 0);
+      CHECK(median_step <= 2 * piped["train_seconds"].get<double>() / 19);
       // The trace has a track per stage with forward/backward/send/receive/optimizer slices;
       // under zb1 the backward is its two halves, B and W.
       std::set<std::string> names;

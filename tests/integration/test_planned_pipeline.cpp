@@ -70,6 +70,7 @@ TEST_CASE("the planner places stages within memory and bandwidth limits", "[inte
   const auto& pred = out["prediction"];
   REQUIRE(pred["batch_seconds"].get<double>() > 0);
   REQUIRE(pred["measured_batch_seconds"].get<double>() > 0);
+  CHECK(out["median_step_seconds"].get<double>() == pred["measured_batch_seconds"].get<double>());
   // Each planned stage's compute sits beside what its daemon was busy computing.
   REQUIRE(pred["stages"].size() == stages.size());
   for (size_t s = 0; s < stages.size(); ++s) {

@@ -499,6 +499,7 @@ nlohmann::json Driver::result(const EvalResult& ev, int64_t parameters) const {
   out["recompute"] = recompute_name(recompute_policy_);
   out["microbatches_auto"] = opts_.microbatches_auto;  // "microbatches" (training_result) is the count used
   out["train_seconds"] = train_seconds_;
+  out["median_step_seconds"] = median_step_seconds();
   nlohmann::json devs = nlohmann::json::array(), plan = nlohmann::json::array();
   for (const auto& d : devices_) {
     devs.push_back({{"name", d.name}, {"stage", d.stage}, {"gflops", d.reg.compute_gflops},
@@ -554,20 +555,26 @@ nlohmann::json Driver::stages_json() const {
   return out;
 }
 
-// The planner predicts the steady state: compare with the median time between
-// consecutive steps' completions (the first step's set-up and warm-up
-// excluded); the plain mean over the run is reported beside it.
-nlohmann::json Driver::prediction() const {
+// The steady state's batch time: the median time between consecutive steps'
+// completions (the first step's set-up and warm-up excluded); the plain mean
+// over the run when it has fewer than three steps.
+double Driver::median_step_seconds() const {
   const int64_t run_steps = step_ - first_position_.step;
   const double mean = run_steps > 0 ? train_seconds_ / static_cast<double>(run_steps) : 0.0;
   std::vector<double> gaps;
   for (size_t i = 1; i < step_done_.size(); ++i)
     gaps.push_back(std::chrono::duration<double>(step_done_[i] - step_done_[i - 1]).count());
-  double measured = mean;
-  if (gaps.size() >= 2) {
-    std::nth_element(gaps.begin(), gaps.begin() + static_cast<std::ptrdiff_t>(gaps.size() / 2), gaps.end());
-    measured = gaps[gaps.size() / 2];
-  }
+  if (gaps.size() < 2) return mean;
+  std::nth_element(gaps.begin(), gaps.begin() + static_cast<std::ptrdiff_t>(gaps.size() / 2), gaps.end());
+  return gaps[gaps.size() / 2];
+}
+
+// The planner predicts the steady state: compare with median_step_seconds;
+// the plain mean over the run is reported beside it.
+nlohmann::json Driver::prediction() const {
+  const int64_t run_steps = step_ - first_position_.step;
+  const double mean = run_steps > 0 ? train_seconds_ / static_cast<double>(run_steps) : 0.0;
+  const double measured = median_step_seconds();
   // Each stage's compute (forward, backward, B, W, optimizer) per batch: the
   // plan's against the daemons' busy time over the steps run. It tells a wrong
   // layer profile apart from a wrong bubble.
