@@ -173,11 +173,11 @@ Result<Message> ClientEndpoint::receive(Millis timeout, const Wakeup* woken) {
     // it announced is read by the caller's next call (service()).
     const Ready ready = wait_ready(m.socket, timeout, {woken, woken ? &m.handshake_ended : nullptr});
     if (woken) m.handshake_ended.clear();
-    if (!ready.socket)
-      return Failure{FailureKind::kTimeout, m.options.label + (ready.woken ? ": woken before a message came"
-                                                                           : ": no message within " +
-                                                                                 std::to_string(timeout.count()) +
-                                                                                 " ms"), {}};
+    if (!ready.socket) {
+      const std::string why = ready.woken ? "woken before a message came"
+                                          : "no message within " + std::to_string(timeout.count()) + " ms";
+      return Failure{FailureKind::kTimeout, m.options.label + ": " + why, {}};
+    }
     std::vector<zmq::message_t> frames;
     if (!recv_all(m.socket, frames)) return Failure{FailureKind::kTimeout, m.options.label + ": no message", {}};
     m.counters.bytes_received += frames_bytes(frames, 0);

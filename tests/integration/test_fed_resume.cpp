@@ -272,8 +272,8 @@ TEST_CASE("fed: a client killed in round 1 and restarted rejoins sampling in a l
     CHECK_THAT(rd["participating"].dump(), Catch::Contains("dev2"));
     CHECK(rd["dropped"].empty());
   }
-  // While it was away (none of the rounds when the new process registered
-  // before round 2 sampled): sampled without it.
+  // Every round between its drop and its rejoin (none when it rejoined
+  // before round 2) is sampled without it.
   for (size_t i = 1; i < static_cast<size_t>(back); ++i) {
     INFO("round " << i + 1);
     CHECK(r["rounds"][i]["sampled"].size() == 2);

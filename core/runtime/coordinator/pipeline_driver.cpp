@@ -555,16 +555,20 @@ nlohmann::json Driver::stages_json() const {
   return out;
 }
 
-// The steady state's batch time: the median time between consecutive steps'
-// completions (the first step's set-up and warm-up excluded); the plain mean
-// over the run when it has fewer than three steps.
-double Driver::median_step_seconds() const {
+// The plain mean batch time over the run (its first step included).
+double Driver::mean_step_seconds() const {
   const int64_t run_steps = step_ - first_position_.step;
-  const double mean = run_steps > 0 ? train_seconds_ / static_cast<double>(run_steps) : 0.0;
+  return run_steps > 0 ? train_seconds_ / static_cast<double>(run_steps) : 0.0;
+}
+
+// The steady state's batch time: the median time between consecutive steps'
+// completions (the first step's set-up and warm-up excluded); the mean when
+// the run has fewer than three steps.
+double Driver::median_step_seconds() const {
   std::vector<double> gaps;
   for (size_t i = 1; i < step_done_.size(); ++i)
     gaps.push_back(std::chrono::duration<double>(step_done_[i] - step_done_[i - 1]).count());
-  if (gaps.size() < 2) return mean;
+  if (gaps.size() < 2) return mean_step_seconds();
   std::nth_element(gaps.begin(), gaps.begin() + static_cast<std::ptrdiff_t>(gaps.size() / 2), gaps.end());
   return gaps[gaps.size() / 2];
 }
@@ -573,7 +577,7 @@ double Driver::median_step_seconds() const {
 // the plain mean over the run is reported beside it.
 nlohmann::json Driver::prediction() const {
   const int64_t run_steps = step_ - first_position_.step;
-  const double mean = run_steps > 0 ? train_seconds_ / static_cast<double>(run_steps) : 0.0;
+  const double mean = mean_step_seconds();
   const double measured = median_step_seconds();
   // Each stage's compute (forward, backward, B, W, optimizer) per batch: the
   // plan's against the daemons' busy time over the steps run. It tells a wrong

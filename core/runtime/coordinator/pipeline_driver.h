@@ -92,6 +92,7 @@ class Driver {
   void finish_stages();
   void write_trace();
   nlohmann::json result(const EvalResult& ev, int64_t parameters) const;
+  double mean_step_seconds() const;
   double median_step_seconds() const;
   nlohmann::json prediction() const;
   nlohmann::json stages_json() const;
