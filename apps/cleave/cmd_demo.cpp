@@ -17,7 +17,6 @@
 #include "core/data/dataset.h"
 #include "core/runtime/coordinator/pipeline.h"
 #include "core/train/generate.h"
-#include "device/cpu/blas_kernels.h"
 #include "transport/keys.h"
 
 namespace cleave {
@@ -93,20 +92,6 @@ void print_gpt_sample(const nlohmann::json& result, const std::string& checkpoin
   std::fflush(stdout);
 }
 
-// Where OpenBLAS picked kernels below this CPU (a hypervisor hiding its model:
-// device/cpu/blas_kernels.h), the daemons the demo starts get the CPU's own
-// through their environment; an OPENBLAS_CORETYPE the user set is kept.
-// Called before any daemon starts (they inherit the environment).
-void give_daemons_this_cpus_kernels() {
-  if (std::getenv("OPENBLAS_CORETYPE")) return;
-  const std::string core = openblas_better_coretype();
-  if (core.empty()) return;
-  ::setenv("OPENBLAS_CORETYPE", core.c_str(), 0);
-  std::printf("cleave demo: OpenBLAS chose kernels below this CPU's (a hypervisor that hides the CPU model does "
-              "this): the daemons start with OPENBLAS_CORETYPE=%s\n",
-              core.c_str());
-}
-
 }  // namespace
 
 void add_demo_command(CLI::App& root) {
@@ -169,7 +154,6 @@ void add_demo_command(CLI::App& root) {
                   cfg.model_path.c_str(), o->schedule.c_str(), o->microbatches,
                   cfg.max_steps > 0 ? (std::to_string(cfg.max_steps) + " steps").c_str()
                                     : (std::to_string(o->epochs) + " epoch(s)").c_str());
-      give_daemons_this_cpus_kernels();
       std::fflush(stdout);
       ClusterOptions cl;
       cl.devices = o->devices;

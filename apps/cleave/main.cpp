@@ -9,7 +9,7 @@
 #include "apps/cleave/commands.h"
 #include "apps/cleave/run_record.h"
 #include "cleave/version.h"
-#include "device/cpu/openmp_policy.h"
+#include "device/cpu/process_env.h"
 #include "transport/allow_watch.h"
 
 namespace {
@@ -37,7 +37,7 @@ std::string usage_error(const CLI::App& root, const char* what) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  cleave::prefer_passive_openmp(argv);
+  cleave::restart_with_cpu_environment(argv);
   std::signal(SIGHUP, on_sighup);
   CLI::App app{"cleave: train one neural network across several small devices"};
   app.require_subcommand(1);

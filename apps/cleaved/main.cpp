@@ -16,7 +16,7 @@
 #include "apps/cleaved/config_file.h"
 #include "apps/flag_checks.h"
 #include "cleave/cleave.hpp"
-#include "device/cpu/openmp_policy.h"
+#include "device/cpu/process_env.h"
 #include "transport/wakeup.h"
 
 namespace {
@@ -226,7 +226,7 @@ int serve(const cleave::Options& options) {
 // the usage hint) and when --connect-timeout passes without an authenticated
 // connection; 1 when serving fails (also: a key file that cannot be read).
 int main(int argc, char** argv) {
-  cleave::prefer_passive_openmp(argv);
+  cleave::restart_with_cpu_environment(argv);
   CLI::App app{"cleaved: the cleave device daemon — hosts a range of layers and trains them with its neighbours"};
   Flags flags;
   add_flags(app, flags);

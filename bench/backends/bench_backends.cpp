@@ -56,7 +56,7 @@
 
 #include "bench/common/synthetic_training.h"
 #include "core/io/json_file.h"
-#include "device/cpu/openmp_policy.h"
+#include "device/cpu/process_env.h"
 #include "bench/common/bench_args.h"
 #include "core/model/model_spec.h"
 #include "core/model/partition.h"
@@ -614,7 +614,7 @@ json measure_trainings(cleave::Device& dev, const std::vector<std::pair<bench::M
 }
 
 int main(int argc, char** argv) {
-  cleave::prefer_passive_openmp(argv);  // before any OpenMP/BLAS threads start
+  cleave::restart_with_cpu_environment(argv);  // before any OpenMP/BLAS threads start
   const Options opt = parse_options(argc, argv);
   const auto t_start = Clock::now();
   const double load_start = load_average();

@@ -52,7 +52,7 @@
 
 #include "bench/common/synthetic_training.h"
 #include "core/io/json_file.h"
-#include "device/cpu/openmp_policy.h"
+#include "device/cpu/process_env.h"
 #include "bench/core/profiling_device.h"
 #include "bench/common/bench_args.h"
 #include "core/model/model_spec.h"
@@ -651,7 +651,7 @@ void print_table(const std::vector<Row>& rows) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  cleave::prefer_passive_openmp(argv);  // before any OpenMP/BLAS threads start
+  cleave::restart_with_cpu_environment(argv);  // before any OpenMP/BLAS threads start
   const Options opt = parse_options(argc, argv);
   signal(SIGPIPE, SIG_IGN);  // a dead PyTorch process must not kill the bench
   const auto t_start = Clock::now();

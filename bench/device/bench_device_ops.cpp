@@ -15,7 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/io/json_file.h"
-#include "device/cpu/openmp_policy.h"
+#include "device/cpu/process_env.h"
 #include "device/device.h"
 
 namespace {
@@ -25,7 +25,7 @@ void usage() { std::cerr << "usage: bench_device_ops [--device NAME] [--threads 
 }  // namespace
 
 int main(int argc, char** argv) {
-  cleave::prefer_passive_openmp(argv);  // before any OpenMP/BLAS threads start
+  cleave::restart_with_cpu_environment(argv);  // before any OpenMP/BLAS threads start
   std::string device_name = "cpu", json_path = "bench-device-ops.json";
   cleave::DeviceOptions opts;
   double seconds = 0.2;

@@ -15,7 +15,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
-#include "device/cpu/openmp_policy.h"
+#include "device/cpu/process_env.h"
 #include "bench/common/local_daemons.h"
 #include "core/io/json_file.h"
 #include "core/runtime/coordinator/fed_coordinator.h"
@@ -41,7 +41,7 @@ std::vector<int> parse_list(const std::string& text) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  cleave::prefer_passive_openmp(argv);  // before any OpenMP/BLAS threads start
+  cleave::restart_with_cpu_environment(argv);  // before any OpenMP/BLAS threads start
   CLI::App app{"bench_fed: federated round time and bytes per round vs clients"};
   std::string clients_text = "2,4,8", model = std::string(CLEAVE_SOURCE_DIR) + "/models/mlp.json", json_path;
   int rounds = 3;

@@ -23,7 +23,7 @@
 #include "bench/common/local_daemons.h"
 #include "core/io/json_file.h"
 #include "core/runtime/coordinator/fed_coordinator.h"
-#include "device/cpu/openmp_policy.h"
+#include "device/cpu/process_env.h"
 #include "transport/log.h"
 
 using namespace cleave;
@@ -92,7 +92,7 @@ nlohmann::json run_one(const Settings& s, double z) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  cleave::prefer_passive_openmp(argv);  // before any OpenMP/BLAS threads start
+  cleave::restart_with_cpu_environment(argv);  // before any OpenMP/BLAS threads start
   CLI::App app{"bench_fed_dp: DP-FedAvg accuracy against epsilon for several noise multipliers"};
   Settings s;
   s.model = std::string(CLEAVE_SOURCE_DIR) + "/models/mlp.json";

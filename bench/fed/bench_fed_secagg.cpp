@@ -31,7 +31,7 @@
 #include "bench/common/local_daemons.h"
 #include "core/io/json_file.h"
 #include "core/runtime/coordinator/fed_coordinator.h"
-#include "device/cpu/openmp_policy.h"
+#include "device/cpu/process_env.h"
 #include "transport/log.h"
 
 using namespace cleave;
@@ -118,7 +118,7 @@ nlohmann::json run_one(const Settings& s, int clients, bool secure) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  cleave::prefer_passive_openmp(argv);  // before any OpenMP/BLAS threads start
+  cleave::restart_with_cpu_environment(argv);  // before any OpenMP/BLAS threads start
   CLI::App app{"bench_fed_secagg: the cost of secure aggregation against plain FedAvg"};
   Settings s;
   s.model = std::string(CLEAVE_SOURCE_DIR) + "/models/mlp.json";

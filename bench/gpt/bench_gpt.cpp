@@ -41,7 +41,7 @@
 #include "core/io/json_file.h"
 #include "core/runtime/coordinator/pipeline.h"
 #include "core/train/local_trainer.h"
-#include "device/cpu/openmp_policy.h"
+#include "device/cpu/process_env.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -261,7 +261,7 @@ std::vector<int> int_list(const std::string& s) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  cleave::prefer_passive_openmp(argv);
+  cleave::restart_with_cpu_environment(argv);
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // the table as it comes, also into a log file
   Options o;
   CLI::App app{"bench_gpt: gpt-tiny training tokens/s and validation loss, cleave next to PyTorch"};

@@ -95,7 +95,7 @@
 #include "core/runtime/coordinator/pipeline.h"
 #include "core/train/local_trainer.h"
 #include "core/train/train_config.h"
-#include "device/cpu/openmp_policy.h"
+#include "device/cpu/process_env.h"
 #include "transport/keys.h"
 
 namespace fs = std::filesystem;
@@ -856,7 +856,7 @@ int run(const BenchOptions& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  cleave::prefer_passive_openmp(argv);  // before any OpenMP/BLAS threads start
+  cleave::restart_with_cpu_environment(argv);  // before any OpenMP/BLAS threads start
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // the table as it comes, also into a log file
   BenchOptions o;
   CLI::App app{"Pipelined training over local cleaved daemons vs one process and PyTorch's pipeline "

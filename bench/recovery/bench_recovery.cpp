@@ -66,7 +66,7 @@
 #include "core/runtime/coordinator/pipeline.h"
 #include "core/train/checkpoint_dir.h"
 #include "core/train/train_checkpoint.h"
-#include "device/cpu/openmp_policy.h"
+#include "device/cpu/process_env.h"
 #include "transport/log.h"
 
 using namespace cleave;
@@ -508,7 +508,7 @@ nlohmann::json run_all(const Options& o, const std::vector<Model>& models, const
 }  // namespace
 
 int main(int argc, char** argv) {
-  cleave::prefer_passive_openmp(argv);  // before any OpenMP/BLAS threads start
+  cleave::restart_with_cpu_environment(argv);  // before any OpenMP/BLAS threads start
   CLI::App app{"bench_recovery: recovery time from a lost device (detection, re-plan, restore, catch-up)"};
   Options o;
   app.add_option("--models", o.models, "Models: mlp, cnn, mlp-10x (bench/recovery/mlp-10x.json)")->capture_default_str();

@@ -22,7 +22,7 @@
 #include "core/model/model_spec.h"
 #include "core/runtime/coordinator/split_coordinator.h"
 #include "core/runtime/common/split_layout.h"
-#include "device/cpu/openmp_policy.h"
+#include "device/cpu/process_env.h"
 #include "transport/codec.h"
 #include "transport/log.h"
 
@@ -42,7 +42,7 @@ std::vector<std::string> split_list(const std::string& text) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  cleave::prefer_passive_openmp(argv);  // before any OpenMP/BLAS threads start
+  cleave::restart_with_cpu_environment(argv);  // before any OpenMP/BLAS threads start
   CLI::App app{"bench_split: split-learning cut-layer bytes and epoch time vs encoding"};
   std::string model = std::string(CLEAVE_SOURCE_DIR) + "/models/cnn.json", json_path;
   std::string encodings_text = "f32,f16,int8", labels_text = "server,client";

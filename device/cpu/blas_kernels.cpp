@@ -28,26 +28,30 @@ std::string blas_better_coretype(const std::string& corename, const CpuVectorUni
   return cpu.avx512 ? "SkylakeX" : cpu.avx2_fma ? "Haswell" : "";
 }
 
+std::string blas_kernel_mismatch(const std::string& corename, const CpuVectorUnits& cpu) {
+  if (blas_better_coretype(corename, cpu).empty()) return {};
+  return std::string("OpenBLAS chose its ") + corename + " kernels, but this CPU has " +
+         (cpu.avx512 ? "AVX-512" : "AVX2 and FMA") + " (a hypervisor that hides the CPU model does this)";
+}
+
 std::string blas_kernel_advice(const std::string& corename, const CpuVectorUnits& cpu) {
   const std::string better = blas_better_coretype(corename, cpu);
   if (better.empty()) return {};
-  return std::string("OpenBLAS chose its ") + corename + " kernels, but this CPU has " +
-         (cpu.avx512 ? "AVX-512" : "AVX2 and FMA") +
-         " (a hypervisor that hides the CPU model does this): matrix products run several times slower. Start "
-         "with OPENBLAS_CORETYPE=" + better + " in the environment (systemd: Environment=OPENBLAS_CORETYPE=" + better +
-         " in cleaved.service)";
+  return blas_kernel_mismatch(corename, cpu) +
+         ": matrix products run several times slower. Start with OPENBLAS_CORETYPE=" + better +
+         " in the environment (systemd: Environment=OPENBLAS_CORETYPE=" + better + " in cleaved.service)";
 }
 
 #if defined(__x86_64__) && defined(__GNUC__)
-namespace {
-
-CpuVectorUnits this_cpu() {
+CpuVectorUnits cpu_vector_units() {
   CpuVectorUnits cpu;
   cpu.avx2_fma = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
   cpu.avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
   return cpu;
 }
+
+namespace {
 
 std::string this_corename() {
   const char* name = openblas_get_corename();
@@ -56,9 +60,12 @@ std::string this_corename() {
 
 }  // namespace
 
-std::string openblas_kernel_advice() { return blas_kernel_advice(this_corename(), this_cpu()); }
-std::string openblas_better_coretype() { return blas_better_coretype(this_corename(), this_cpu()); }
+std::string openblas_kernel_mismatch() { return blas_kernel_mismatch(this_corename(), cpu_vector_units()); }
+std::string openblas_kernel_advice() { return blas_kernel_advice(this_corename(), cpu_vector_units()); }
+std::string openblas_better_coretype() { return blas_better_coretype(this_corename(), cpu_vector_units()); }
 #else
+CpuVectorUnits cpu_vector_units() { return {}; }
+std::string openblas_kernel_mismatch() { return {}; }
 std::string openblas_kernel_advice() { return {}; }
 std::string openblas_better_coretype() { return {}; }
 #endif

@@ -38,7 +38,7 @@ struct RunResult {
 
 // Runs the shell command `cmd` (stderr joined to stdout) and captures it all.
 // OMP_WAIT_POLICY=passive is what cleave and cleaved would set for themselves
-// (device/cpu/openmp_policy.h): set here, it spares each run its re-exec,
+// (device/cpu/process_env.h): set here, it spares each run its re-exec,
 // a third of a short run's start-up.
 inline RunResult run_shell(const std::string& cmd) {
   const std::string line = "OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}; export OMP_WAIT_POLICY; " + cmd + " 2>&1";

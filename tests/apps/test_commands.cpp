@@ -387,9 +387,10 @@ TEST_CASE("cleave demo: a short real run trains a pipeline and stops its daemons
   CHECK(fs::exists(keep + "/allow/dev1.pub"));
   CHECK(fs::exists(keep + "/dev2.log"));
   // Its daemons run the kernels this CPU has: where OpenBLAS would pick lesser
-  // ones (a VM hiding the CPU model) the demo starts them with the better
-  // OPENBLAS_CORETYPE and says so, and no daemon warns of slow kernels (a
-  // core type set by whoever runs the tests is theirs: then nothing is checked).
+  // ones (a VM hiding the CPU model) cleave restarts itself with the better
+  // OPENBLAS_CORETYPE and says so, the daemons inherit it, and none warns of
+  // slow kernels (a core type set by whoever runs the tests is theirs: then
+  // nothing is checked; test_process_env.cpp fakes such a VM).
   if (!std::getenv("OPENBLAS_CORETYPE")) {
     for (const char* log : {"/dev1.log", "/dev2.log"}) {
       const std::string text = cleave::read_text(keep + log);
@@ -397,7 +398,7 @@ TEST_CASE("cleave demo: a short real run trains a pipeline and stops its daemons
       CHECK(text.find("OpenBLAS chose its") == std::string::npos);
     }
     const std::string core = cleave::openblas_better_coretype();
-    if (!core.empty()) CHECK(r.output.find("the daemons start with OPENBLAS_CORETYPE=" + core) != std::string::npos);
+    if (!core.empty()) CHECK(r.output.find("restarting with OPENBLAS_CORETYPE=" + core) != std::string::npos);
   }
   // "de[v]": the pattern matches the daemons' command lines, not the shell running pgrep.
   const RunResult left = run_shell("pgrep -f '" + keep + "/de[v]'");

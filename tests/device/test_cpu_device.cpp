@@ -16,6 +16,7 @@
 #include "device/backends.h"
 #include "device/cpu/blas_kernels.h"
 #include "device/cpu/cpu_device.h"
+#include "device/cpu/process_env.h"
 #include "device/device.h"
 #include "device/tensor.h"
 #include "device/reference_ops.h"
@@ -885,7 +886,29 @@ TEST_CASE("the daemon's advice on OpenBLAS kernels below the CPU names the core 
   CHECK(blas_better_coretype("Sandybridge", avx2) == "Haswell");
   CHECK(blas_better_coretype("Prescott", none).empty());
   CHECK(blas_better_coretype("Haswell", avx512).empty());
+  // The finding alone, which the restart note and the advice both start with.
+  CHECK(on_vm.rfind(blas_kernel_mismatch("Prescott", avx512), 0) == 0);
+  CHECK(blas_kernel_mismatch("Prescott", avx512).find("AVX-512") != std::string::npos);
+  CHECK(blas_kernel_mismatch("Haswell", avx2).empty());
   // This process: whatever OpenBLAS chose here, the check runs, and advice and core type agree.
   CHECK_NOTHROW(openblas_kernel_advice());
   CHECK(openblas_kernel_advice().empty() == openblas_better_coretype().empty());
+  CHECK(openblas_kernel_mismatch().empty() == openblas_better_coretype().empty());
+}
+
+// What cleave and cleaved set before restarting (device/cpu/process_env.h):
+// only what is unset, the user's own values kept.
+TEST_CASE("the restart sets OMP_WAIT_POLICY and a better OPENBLAS_CORETYPE only where they are unset",
+          "[device][cpu]") {
+  auto names = [](const std::vector<EnvSetting>& set) {
+    std::string out;
+    for (const EnvSetting& s : set) out += s.name + "=" + s.value + " ";
+    return out;
+  };
+  CHECK(names(cpu_environment_to_set(nullptr, nullptr, "SkylakeX")) == "OMP_WAIT_POLICY=passive OPENBLAS_CORETYPE=SkylakeX ");
+  CHECK(names(cpu_environment_to_set(nullptr, nullptr, "")) == "OMP_WAIT_POLICY=passive ");
+  CHECK(names(cpu_environment_to_set("active", nullptr, "Haswell")) == "OPENBLAS_CORETYPE=Haswell ");
+  CHECK(cpu_environment_to_set("active", nullptr, "").empty());
+  CHECK(cpu_environment_to_set("passive", "Prescott", "SkylakeX").empty());  // a core type set by hand, even a poor one
+  CHECK(cpu_environment_to_set("", "", "SkylakeX").empty());                 // set, if empty, is set
 }
