@@ -73,6 +73,7 @@ struct CommandValidator {
   std::string operator()(const ProfileCmd& c) const {
     if (c.model_spec_json.empty()) return "profile: empty model";
     if (c.samples < 1 || c.samples > (1 << 20)) return "profile: samples must be in [1, 1048576]";
+    if (c.in_flight < 1 || c.in_flight > 1024) return "profile: in_flight must be in [1, 1024]";
     return strings("profile model", {&c.model_spec_json});
   }
   std::string operator()(const ProbeServeCmd& c) const {
@@ -200,7 +201,7 @@ struct CommandBuilder {
   Builder& b;
   Built operator()(const ProfileCmd& c) const {
     auto opt = c.optimizer ? build_optimizer(b, *c.optimizer) : 0;
-    return {fb::CommandBody::Profile, fb::CreateProfileDirect(b, c.model_spec_json.c_str(), c.samples, opt, c.split_backward).Union()};
+    return {fb::CommandBody::Profile, fb::CreateProfileDirect(b, c.model_spec_json.c_str(), c.samples, opt, c.split_backward, c.in_flight).Union()};
   }
   Built operator()(const ProbeServeCmd& c) const {
     return {fb::CommandBody::ProbeServe, fb::CreateProbeServeDirect(b, c.peer.c_str(), c.peer_key.c_str()).Union()};
@@ -344,7 +345,7 @@ std::string read_command(const fb::Command& in, CommandMsg& out) {
   switch (in.body_type()) {
     case fb::CommandBody::Profile: {
       const auto* c = in.body_as_Profile();
-      ProfileCmd p{str(c->model_spec_json()), c->samples(), std::nullopt, c->split_backward()};
+      ProfileCmd p{str(c->model_spec_json()), c->samples(), std::nullopt, c->split_backward(), c->in_flight()};
       if (c->optimizer()) {
         p.optimizer.emplace();
         (void)read_optimizer(c->optimizer(), *p.optimizer);

@@ -198,6 +198,7 @@ struct ProfileCmd {  // per-layer timings of a model, before any assignment
   int64_t samples = 16;
   std::optional<OptimizerSpec> optimizer;  // also time the optimizer update
   bool split_backward = false;             // time each backward as B then W (zb1)
+  int32_t in_flight = 1;                   // micro-batches kept for backward at once (gpipe: M), 1..1024
   bool operator==(const ProfileCmd&) const = default;
 };
 struct ProbeServeCmd {  // serve link probes to `peer`

@@ -64,6 +64,7 @@ TEST_CASE("every command round-trips with its fields", "[transport][commands]") 
       ProfileCmd{"{\"layers\":[]}", 33, odd_optimizer()},
       ProfileCmd{"{\"layers\":[]}", 1, std::nullopt},
       ProfileCmd{"{\"layers\":[]}", 8, std::nullopt, /*split_backward=*/true},
+      ProfileCmd{"{\"layers\":[]}", 4, std::nullopt, false, /*in_flight=*/8},
       ProbeServeCmd{"dev2", kKey},
       ProbePeerCmd{"dev3", kKey, "tcp://127.0.0.1:5555"},
       ProbeStopCmd{"dev2"},
@@ -139,7 +140,8 @@ TEST_CASE("a bad command field is refused by the sender and the receiver", "[tra
     for (const Command& bad : std::vector<Command>{
              StepCmd{-1, 8}, StepCmd{0, 0}, FedRoundCmd{0, 0, 8, 0, std::nullopt}, FedRoundCmd{0, 1, 8, -1.0f, std::nullopt},
              FedRoundCmd{0, 1, 8, std::numeric_limits<float>::quiet_NaN(), std::nullopt}, ProfileCmd{"{}", 0, std::nullopt},
-             ProfileCmd{"", 4, std::nullopt}, ProbePeerCmd{"x", "not-a-key", "tcp://a:1"}, ProbeStopCmd{""},
+             ProfileCmd{"", 4, std::nullopt}, ProfileCmd{"{}", 4, std::nullopt, false, 0},
+             ProfileCmd{"{}", 4, std::nullopt, false, 1025}, ProbePeerCmd{"x", "not-a-key", "tcp://a:1"}, ProbeStopCmd{""},
              SplitRoundCmd{SplitPhase::kTrain, 0, {1, -2}},
              // secure aggregation: threshold above the roster, below 2; no range; too many fractional bits
              FedRoundCmd{0, 1, 8, 0, SecAggSetup{3, {{"", kKey, "a"}, {"", kKey, "b"}}, 8, 20, 0, 0, true}},
@@ -166,6 +168,12 @@ TEST_CASE("a bad command field is refused by the sender and the receiver", "[tra
       return std::make_pair(fb::CommandBody::Step, fb::CreateStep(b, -5, 8).Union());
     });
     CHECK_THAT(rejection(h), Catch::Contains("negative step"));
+  }
+  SECTION("a crafted profile of no micro-batch in flight") {
+    const auto h = raw_command([](auto& b) {
+      return std::make_pair(fb::CommandBody::Profile, fb::CreateProfileDirect(b, "{}", 4, 0, false, 0).Union());
+    });
+    CHECK_THAT(rejection(h), Catch::Contains("in_flight must be in [1, 1024]"));
   }
   SECTION("a crafted zero batch") {
     const auto h = raw_command([](auto& b) {

@@ -116,6 +116,9 @@ class Driver {
   Cluster profile_cluster();
   // One device's per-sample layer times at micro-batches of `samples`; its reply in `detail`.
   transport::Message profile_request(int64_t samples, bool update) const;
+  // Whether the layers are timed at two micro-batch sizes and fitted
+  // (--microbatches auto at the first plan, `cleave profile`).
+  bool profiles_two_sizes() const { return (opts_.microbatches_auto && plan_epoch_ == 0) || opts_.profile_only; }
   std::vector<double> layer_times(const StageDevice& d, int64_t samples, nlohmann::json& detail, bool update = true);
   std::vector<double> layer_times_of(const transport::Received& r, nlohmann::json& detail);
   void measure_host_contention(Cluster& cluster, int64_t samples);

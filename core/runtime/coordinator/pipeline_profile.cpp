@@ -70,8 +70,13 @@ std::pair<double, double> Driver::probe_link(const std::string& peer) {
 // The Profile request for micro-batches of `samples`; with `update`, the
 // optimizer step is timed too (once per device is enough).
 Message Driver::profile_request(int64_t samples, bool update) const {
-  // Under zb1 each backward is timed as B then W, as the stages will run it.
-  ProfileCmd c{spec_.to_json().dump(), samples, std::nullopt, schedule_ == ScheduleKind::zb1};
+  // Under zb1 each backward is timed as B then W, as the stages will run it;
+  // under gpipe with every micro-batch of the batch kept for backward, as its
+  // stages keep them, when M is given. Timed at two sizes (--microbatches
+  // auto, `cleave profile`) one micro-batch at a time: the fit of
+  // fit_layer_times assumes one pattern at both sizes.
+  const int in_flight = schedule_ == ScheduleKind::gpipe && !profiles_two_sizes() ? std::min(cfg_.microbatches, 1024) : 1;
+  ProfileCmd c{spec_.to_json().dump(), samples, std::nullopt, schedule_ == ScheduleKind::zb1, std::max(1, in_flight)};
   if (update) c.optimizer = to_wire(cfg_.optimizer);
   return command_message(std::move(c));
 }
@@ -160,7 +165,7 @@ Cluster Driver::profile_cluster() {
   const int64_t large = choosing ? std::min<int64_t>(cfg_.batch, int64_t{1} << 20)
                                  : std::max<int64_t>(1, (cfg_.batch + cfg_.microbatches - 1) / cfg_.microbatches);
   const int64_t small = std::max<int64_t>(1, large / 16);
-  const bool two_sizes = (choosing || opts_.profile_only) && large > 1;
+  const bool two_sizes = profiles_two_sizes() && large > 1;
   std::vector<double> caps(devices_.size(), 0);  // declared --bandwidth-limit of each, Mbit/s (0: none)
   // One device at a time, so that devices sharing a machine do not slow each
   // other's measurements down; how much they do is measured after

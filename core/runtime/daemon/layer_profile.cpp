@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <chrono>
 #include <memory>
+#include <stdexcept>
+#include <string>
 
 #include "core/model/partition.h"
 #include "core/util/rng.h"
@@ -42,10 +44,10 @@ Tensor profile_gradient(Device& device, const ModelSpec& spec, int i, int64_t sa
 // A layer's backward as the schedule runs it: whole, or (zb1) its input
 // gradient B and then its weight gradient W, which for some layers (a
 // convolution's im2col, done by each) costs more than the fused backward.
-Tensor backward_pass(Partition& part, const Tensor& dy, bool split_backward) {
-  if (!split_backward) return part.backward(dy, 0, /*need_dx=*/true);
-  Tensor dx = part.backward_input(dy, 0, /*need_dx=*/true);
-  part.backward_weight(0);
+Tensor backward_pass(Partition& part, const Tensor& dy, bool split_backward, int mb = 0) {
+  if (!split_backward) return part.backward(dy, mb, /*need_dx=*/true);
+  Tensor dx = part.backward_input(dy, mb, /*need_dx=*/true);
+  part.backward_weight(mb);
   return dx;
 }
 
@@ -76,11 +78,38 @@ std::vector<double> profile_each_alone(Device& device, const ModelSpec& spec, in
   return out;
 }
 
-// The whole model as training runs it: one micro-batch forward through every
-// layer, then backward through them in reverse, each layer's calls timed; the
-// median over `repetitions` per layer. Empty when the model does not fit.
+// One repetition of the chain: `in_flight` micro-batches forward through every
+// layer (each kept for backward, as a stage keeps them), then each backward
+// through them in reverse, in the order the forwards ran; adds each layer's
+// time to `t`.
+void run_chain_once(Device& device, std::vector<std::unique_ptr<Partition>>& parts, const Tensor& x, const Tensor& dy,
+                    int in_flight, bool split_backward, std::vector<double>& t) {
+  const int n = static_cast<int>(parts.size());
+  for (int mb = 0; mb < in_flight; ++mb) {
+    Tensor h = x;
+    for (int i = 0; i < n; ++i) {
+      const auto t0 = std::chrono::steady_clock::now();
+      h = parts[static_cast<size_t>(i)]->forward(h, mb, /*training=*/true, 1);
+      device.synchronize();
+      t[static_cast<size_t>(i)] += seconds_since(t0);
+    }
+  }
+  for (int mb = 0; mb < in_flight; ++mb) {
+    Tensor g = dy;
+    for (int i = n - 1; i >= 0; --i) {
+      const auto t0 = std::chrono::steady_clock::now();
+      g = backward_pass(*parts[static_cast<size_t>(i)], g, split_backward, mb);
+      device.synchronize();
+      t[static_cast<size_t>(i)] += seconds_since(t0);
+    }
+  }
+}
+
+// The whole model as training runs it (run_chain_once), each layer's calls
+// timed; per layer the median over the repetitions of its time per sample.
+// Empty when the model, with `in_flight` micro-batches kept, does not fit.
 std::vector<double> profile_in_chain(Device& device, const ModelSpec& spec, int64_t samples, int repetitions,
-                                     bool split_backward) {
+                                     bool split_backward, int in_flight) {
   const int n = spec.num_layers();
   try {
     std::vector<std::unique_ptr<Partition>> parts;
@@ -93,25 +122,12 @@ std::vector<double> profile_in_chain(Device& device, const ModelSpec& spec, int6
     std::vector<std::vector<double>> times(static_cast<size_t>(n));
     for (int r = 0; r <= repetitions; ++r) {  // r == 0 warms up
       std::vector<double> t(static_cast<size_t>(n), 0.0);
-      Tensor h = x;
-      for (int i = 0; i < n; ++i) {
-        const auto t0 = std::chrono::steady_clock::now();
-        h = parts[static_cast<size_t>(i)]->forward(h, 0, /*training=*/true, 1);
-        device.synchronize();
-        t[static_cast<size_t>(i)] += seconds_since(t0);
-      }
-      Tensor g = dy;
-      for (int i = n - 1; i >= 0; --i) {
-        const auto t0 = std::chrono::steady_clock::now();
-        g = backward_pass(*parts[static_cast<size_t>(i)], g, split_backward);
-        device.synchronize();
-        t[static_cast<size_t>(i)] += seconds_since(t0);
-      }
+      run_chain_once(device, parts, x, dy, in_flight, split_backward, t);
       if (r > 0)
         for (int i = 0; i < n; ++i) times[static_cast<size_t>(i)].push_back(t[static_cast<size_t>(i)]);
     }
     std::vector<double> out;
-    for (auto& v : times) out.push_back(median(v) / static_cast<double>(samples));
+    for (auto& v : times) out.push_back(median(v) / static_cast<double>(samples * in_flight));
     return out;
   } catch (const OutOfMemory&) {
     return {};
@@ -121,8 +137,17 @@ std::vector<double> profile_in_chain(Device& device, const ModelSpec& spec, int6
 }  // namespace
 
 std::vector<double> profile_layers(Device& device, const ModelSpec& spec, int64_t samples, bool split_backward,
-                                   int repetitions) {
-  std::vector<double> chain = profile_in_chain(device, spec, samples, repetitions, split_backward);
+                                   int in_flight, int repetitions) {
+  if (in_flight < 1 || in_flight > kMaxProfileInFlight)
+    throw std::invalid_argument("in_flight " + std::to_string(in_flight) + " is outside 1.." +
+                                std::to_string(kMaxProfileInFlight));
+  if (in_flight > 1) {  // as many micro-batches per repetition: fewer repetitions time as much work
+    std::vector<double> chain =
+        profile_in_chain(device, spec, samples, std::max(3, repetitions / in_flight), split_backward, in_flight);
+    if (!chain.empty()) return chain;
+    device.release_cached_memory();
+  }
+  std::vector<double> chain = profile_in_chain(device, spec, samples, repetitions, split_backward, 1);
   if (!chain.empty()) return chain;
   device.release_cached_memory();
   return profile_each_alone(device, spec, samples, repetitions, split_backward);

@@ -21,9 +21,18 @@ namespace cleave {
 // them). Otherwise each layer alone; one that does not fit the device's memory
 // then gets -1 (the planner treats the device as unable to host it). With
 // `split_backward` (a zb1 run) each backward is timed as the schedule runs it:
-// the input gradient B, then the weight gradient W.
+// the input gradient B, then the weight gradient W. With `in_flight` > 1 (a
+// gpipe run: every micro-batch of the batch) each repetition runs that many
+// micro-batches forward, keeping each for backward, then their backwards, as a
+// gpipe stage does: the activations kept then leave the caches, which one
+// micro-batch at a time does not show (on a 2-core Xeon VM with 4 MiB of L2,
+// gpt-tiny's gpipe stages computed 1.2-1.3x what that profile said, and a
+// one-stage gpipe run was 1.17x slower than 1f1b's). Where that many do not
+// fit, the profile falls back to one. Throws std::invalid_argument for an
+// `in_flight` outside 1..kMaxProfileInFlight.
+inline constexpr int kMaxProfileInFlight = 1024;
 std::vector<double> profile_layers(Device& device, const ModelSpec& spec, int64_t samples, bool split_backward = false,
-                                   int repetitions = 7);
+                                   int in_flight = 1, int repetitions = 7);
 
 // Seconds per parameter of one step of `optimizer` followed by zero_grad (what
 // a stage does once per batch), timed on `device` over a block of `params`

@@ -32,7 +32,7 @@ bool DaemonServices::handle(const Command& c, uint64_t rid) {
 void DaemonServices::profile(const ProfileCmd& c, uint64_t rid) {
   try {
     const ModelSpec spec = parse_model_text(c.model_spec_json, "profiled model");
-    auto seconds = profile_layers(ctx_.device, spec, c.samples, c.split_backward);
+    auto seconds = profile_layers(ctx_.device, spec, c.samples, c.split_backward, c.in_flight);
     nlohmann::json detail = {{"op", "profile"}, {"layer_seconds_per_sample", seconds}};
     if (c.optimizer) detail["update_seconds_per_param"] = profile_update(ctx_.device, from_wire(*c.optimizer));
     ctx_.channel.send(ack_message(rid, detail));
