@@ -21,18 +21,20 @@ std::vector<EnvSetting> cpu_environment_to_set(const char* omp_wait_policy, cons
 }
 
 void restart_with_cpu_environment(char** argv) {
-  const char* omp = std::getenv("OMP_WAIT_POLICY");
   const char* core = std::getenv("OPENBLAS_CORETYPE");
-  const std::vector<EnvSetting> set = cpu_environment_to_set(omp, core, core ? std::string() : openblas_better_coretype());
+  const std::vector<EnvSetting> set =
+      cpu_environment_to_set(std::getenv("OMP_WAIT_POLICY"), core, core ? std::string() : openblas_better_coretype());
   if (set.empty()) return;
-  for (const EnvSetting& s : set)
+  const EnvSetting* blas = nullptr;  // the OPENBLAS_CORETYPE it sets, if any
+  for (const EnvSetting& s : set) {
     if (::setenv(s.name.c_str(), s.value.c_str(), 1) != 0) return;
+    if (s.name == "OPENBLAS_CORETYPE") blas = &s;
+  }
   const char* program = argv && argv[0] ? argv[0] : "cleave";
   if (const char* slash = std::strrchr(program, '/')) program = slash + 1;
-  const bool blas = std::getenv("OPENBLAS_CORETYPE") && !core;
   if (blas)
     std::fprintf(stderr, "%s: %s: restarting with OPENBLAS_CORETYPE=%s (set OPENBLAS_CORETYPE to choose yourself)\n",
-                 program, openblas_kernel_mismatch().c_str(), std::getenv("OPENBLAS_CORETYPE"));
+                 program, openblas_kernel_mismatch().c_str(), blas->value.c_str());
   ::execv("/proc/self/exe", argv);
   if (blas)  // the variables stay set: children (the daemons of cleave demo) start with them
     std::fprintf(stderr, "%s: could not restart (%s): going on with OpenBLAS's own kernels\n", program,
