@@ -97,6 +97,7 @@
 #include "core/train/train_config.h"
 #include "device/cpu/process_env.h"
 #include "transport/keys.h"
+#include "transport/log.h"
 
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
@@ -906,6 +907,8 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 20));
   CLI11_PARSE(app, argc, argv);
   o.torch = !no_torch;
+  // One "peer devN disconnected" line per daemon per run would bury the table.
+  cleave::transport::set_log_level(cleave::transport::LogLevel::kWarning);
   try {
     o.models = split_list(models);
     if (o.models.empty()) throw std::runtime_error("--models: give at least one model");
