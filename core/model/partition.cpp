@@ -156,6 +156,12 @@ Partition::Stash Partition::take_stash(const Tensor& dy, int microbatch, const c
   return s;
 }
 
+int Partition::first_trained_layer() const {
+  size_t l = 0;
+  while (l < layers_.size() && layers_[l]->param_count() == 0 && layers_[l]->tie().layer < 0) ++l;
+  return begin_ + static_cast<int>(l);
+}
+
 // The backward walk both backward and backward_input make: layers last to
 // first, each given its output gradient and (unless no one needs it) a dx to
 // fill by `pass(l, dy, dx)`, then its output and context released. Without
@@ -163,9 +169,7 @@ Partition::Stash Partition::take_stash(const Tensor& dy, int microbatch, const c
 template <class Pass>
 Tensor Partition::walk_backward(Stash& s, const Tensor& dy, bool need_dx, Pass&& pass) {
   Tensor grad = dy;
-  size_t stop = 0;
-  if (!need_dx)
-    while (stop < layers_.size() && layers_[stop]->param_count() == 0 && layers_[stop]->tie().layer < 0) ++stop;
+  const size_t stop = need_dx ? 0 : static_cast<size_t>(first_trained_layer() - begin_);
   for (size_t l = layers_.size(); l-- > stop;) {
     const bool want_dx = l > stop || need_dx;
     Tensor dx;

@@ -43,6 +43,11 @@ class Partition {
   Layer& layer(int global_index) { return *layers_.at(global_index - begin_); }
   // Offset of global layer i's parameters inside the block.
   int64_t param_offset(int global_index) const { return offsets_.at(global_index - begin_); }
+  // Global index of the first layer that backward(need_dx = false) runs: the
+  // first with parameters (or tied to another's), which then skips its own
+  // input gradient; the layers before it run no backward at all. end() when
+  // none has parameters. The first stage of a pipeline runs its backward so.
+  int first_trained_layer() const;
 
   // PyTorch default initialisation; layer i draws from Rng(derive_seed(seed, i)),
   // so any split of the model starts from the same weights as the whole model.

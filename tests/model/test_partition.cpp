@@ -98,6 +98,40 @@ TEST_CASE("partition: shipped models' parameter counts and PyTorch layouts", "[m
   free.zero_grad();
 }
 
+// backward(need_dx = false), as the first stage runs it, starts at the first
+// layer with parameters and skips that layer's input gradient; the layer
+// profile times the model's first layers the same way.
+TEST_CASE("partition: the first layer a backward without input gradient runs", "[model][partition]") {
+  const ModelSpec mlp = ModelSpec::load(std::string(CLEAVE_SOURCE_DIR) + "/models/mlp.json");  // flatten, linear, ...
+  CHECK(Partition(cpu(), mlp, 0, mlp.num_layers()).first_trained_layer() == 1);
+  CHECK(Partition(cpu(), mlp, 2, mlp.num_layers()).first_trained_layer() == 3);  // relu, linear, ...
+  CHECK(Partition(cpu(), mlp, 1, 2).first_trained_layer() == 1);
+  CHECK(Partition(cpu(), mlp, 0, 1).first_trained_layer() == 1);  // none: end()
+  const ModelSpec gpt = ModelSpec::load(std::string(CLEAVE_SOURCE_DIR) + "/models/gpt-tiny.json");
+  CHECK(Partition(cpu(), gpt, 0, gpt.num_layers()).first_trained_layer() == 0);  // the embedding
+  CHECK(Partition(cpu(), gpt, 1, 3).first_trained_layer() == 1);                 // position embedding: a table
+
+  // Without need_dx the layers before it run no backward: the leading flatten
+  // gets no input gradient, and the first linear's weight gradient is the same.
+  Partition whole(cpu(), mlp, 0, mlp.num_layers());
+  whole.init(3);
+  Rng rng(9);
+  Tensor x(cpu(), {2, 1, 28, 28}), dy(cpu(), {2, 10});
+  std::vector<float> hx(static_cast<size_t>(x.numel())), hy(20);
+  for (auto& v : hx) v = rng.uniform(-1.f, 1.f);
+  for (auto& v : hy) v = rng.uniform(-1.f, 1.f);
+  x.from_host(hx);
+  dy.from_host(hy);
+  whole.forward(x, 0, true);
+  const Tensor dx = whole.backward(dy, 0, /*need_dx=*/true);
+  const std::vector<float> with_dx = whole.grads().to_host();
+  whole.zero_grad();
+  whole.forward(x, 0, true);
+  CHECK(!whole.backward(dy, 0, /*need_dx=*/false).defined());
+  CHECK(whole.grads().to_host() == with_dx);
+  CHECK(dx.shape() == x.shape());
+}
+
 TEST_CASE("partition: init is per layer, so any split starts from the same weights", "[model][partition]") {
   const ModelSpec spec = mixed_model(0.2);
   Partition whole(cpu(), spec, 0, 11);

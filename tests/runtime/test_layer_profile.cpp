@@ -31,7 +31,9 @@ TEST_CASE("every layer is timed with its backward whole and split into B and W",
   auto cpu = open_device("cpu", DeviceOptions{1, 0, 0, ""});
   // The CNN's convolutions and linears split their backward; gpt-tiny's
   // embeddings, blocks and head too, its layer norm and position embedding not.
-  for (const std::string model : {"cnn", "gpt-tiny"}) {
+  // The MLP starts with a flatten, timed without backward, as the first stage
+  // runs it, and a linear timed without its input gradient.
+  for (const std::string model : {"cnn", "gpt-tiny", "mlp"}) {
     INFO(model);
     const ModelSpec spec = ModelSpec::load(std::string(CLEAVE_SOURCE_DIR) + "/models/" + model + ".json");
     // Several repetitions on the same micro-batch: a B left without its W would
@@ -47,7 +49,7 @@ TEST_CASE("every layer is timed with its backward whole and split into B and W",
 TEST_CASE("the layers are timed with several micro-batches kept for backward, as gpipe keeps them",
           "[runtime][profile]") {
   auto cpu = open_device("cpu", DeviceOptions{1, 0, 0, ""});
-  for (const std::string model : {"cnn", "gpt-tiny"}) {
+  for (const std::string model : {"cnn", "gpt-tiny", "mlp"}) {
     INFO(model);
     const ModelSpec spec = ModelSpec::load(std::string(CLEAVE_SOURCE_DIR) + "/models/" + model + ".json");
     require_timed(profile_layers(*cpu, spec, 2, /*split_backward=*/false, /*in_flight=*/4, 3), spec);

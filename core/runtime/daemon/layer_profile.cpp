@@ -44,11 +44,25 @@ Tensor profile_gradient(Device& device, const ModelSpec& spec, int i, int64_t sa
 // A layer's backward as the schedule runs it: whole, or (zb1) its input
 // gradient B and then its weight gradient W, which for some layers (a
 // convolution's im2col, done by each) costs more than the fused backward.
-Tensor backward_pass(Partition& part, const Tensor& dy, bool split_backward, int mb = 0) {
-  if (!split_backward) return part.backward(dy, mb, /*need_dx=*/true);
-  Tensor dx = part.backward_input(dy, mb, /*need_dx=*/true);
+Tensor backward_pass(Partition& part, const Tensor& dy, bool split_backward, int mb, bool need_dx) {
+  if (!split_backward) return part.backward(dy, mb, need_dx);
+  Tensor dx = part.backward_input(dy, mb, need_dx);
   part.backward_weight(mb);
   return dx;
+}
+
+// Layers up to the model's first one with parameters are timed as the first
+// stage runs them, the only stage that can start with them: that layer
+// without its input gradient, those before it with no backward at all
+// (Partition::first_trained_layer). `need_dx[i]` says which layers are timed
+// with their input gradient.
+std::vector<bool> input_gradients_timed(const std::vector<std::unique_ptr<Partition>>& parts) {
+  std::vector<bool> need_dx(parts.size(), true);
+  for (size_t i = 0; i < parts.size(); ++i) {
+    need_dx[i] = false;
+    if (parts[i]->first_trained_layer() == parts[i]->begin()) break;
+  }
+  return need_dx;
 }
 
 // Each layer alone: forward and at once backward on the same input, median of
@@ -57,22 +71,26 @@ std::vector<double> profile_each_alone(Device& device, const ModelSpec& spec, in
                                        bool split_backward) {
   std::vector<double> out;
   Rng rng(12345);
+  bool trained_before = false;  // a layer with parameters came before: input gradients timed (input_gradients_timed)
   for (int i = 0; i < spec.num_layers(); ++i) {
     try {
       Partition part(device, spec, i, i + 1);
       part.init(1);
+      const bool need_dx = trained_before;
+      trained_before = trained_before || part.first_trained_layer() == i;
       const Tensor x = profile_input(device, spec, i, samples, rng), dy = profile_gradient(device, spec, i, samples);
       std::vector<double> times;
       for (int r = 0; r <= repetitions; ++r) {  // r == 0 warms up
         const auto t0 = std::chrono::steady_clock::now();
         part.forward(x, 0, /*training=*/true, 1);
-        backward_pass(part, dy, split_backward);
+        backward_pass(part, dy, split_backward, 0, need_dx);
         device.synchronize();
         if (r > 0) times.push_back(seconds_since(t0));
       }
       out.push_back(median(times) / static_cast<double>(samples));
     } catch (const OutOfMemory&) {
       out.push_back(-1);
+      trained_before = true;  // unknown: time what follows as any later stage runs it
     }
   }
   return out;
@@ -85,6 +103,7 @@ std::vector<double> profile_each_alone(Device& device, const ModelSpec& spec, in
 void run_chain_once(Device& device, std::vector<std::unique_ptr<Partition>>& parts, const Tensor& x, const Tensor& dy,
                     int in_flight, bool split_backward, std::vector<double>& t) {
   const int n = static_cast<int>(parts.size());
+  const std::vector<bool> need_dx = input_gradients_timed(parts);
   for (int mb = 0; mb < in_flight; ++mb) {
     Tensor h = x;
     for (int i = 0; i < n; ++i) {
@@ -97,8 +116,11 @@ void run_chain_once(Device& device, std::vector<std::unique_ptr<Partition>>& par
   for (int mb = 0; mb < in_flight; ++mb) {
     Tensor g = dy;
     for (int i = n - 1; i >= 0; --i) {
+      Partition& part = *parts[static_cast<size_t>(i)];
+      // Before the first layer with parameters nothing flows back; those layers only free their micro-batch.
+      if (!g.defined()) g = Tensor(device, batched(x.dim(0), part.output_shape()));
       const auto t0 = std::chrono::steady_clock::now();
-      g = backward_pass(*parts[static_cast<size_t>(i)], g, split_backward, mb);
+      g = backward_pass(part, g, split_backward, mb, need_dx[static_cast<size_t>(i)]);
       device.synchronize();
       t[static_cast<size_t>(i)] += seconds_since(t0);
     }
