@@ -33,14 +33,13 @@
 //   theoretical bubble             = bubble_fraction(schedule, p, M)
 //       (core/pipeline/schedule.h): (p-1)/(M+p-1) for gpipe and 1f1b,
 //       (p-1)/(3M+p-1) for zb1
-//   ideal samples/s                = samples / (max_s compute_s + u/(p-1) * (sum_s compute_s - max_s compute_s) / M),
-//       u = M b / (1 - b) the idle micro-batches of bubble_fraction's b (for
-//       zb1 with the run's W share: W / (F + B + W)): the synchronous-pipeline
-//       time with the measured per-stage compute and free communication, what
-//       the layer split and the schedule allow ((M-1)/M max + sum / M for
-//       gpipe and 1f1b).
+//   ideal samples/s                = samples / the time simulate_pipeline
+//       (core/pipeline/simulate.h) gives the run's schedule with each stage's
+//       measured forward, B and W (or fused backward) and optimizer seconds and
+//       free links: what the layer split and the schedule allow.
 //   split bubble                   = 1 - sum_s compute_s / (p * that time): the
-//       theory's bubble for this run's stages, their imbalance included.
+//       schedule's bubble for this run's stages, their imbalance and W share
+//       included (bubble_fraction's theory assumes equal stages).
 //   limit          = "model" when the pipeline reaches >= 85% of that ideal
 //       (the split of the model's layers is what caps it), else "pipeline"
 //   vs torch       = cleave's rate over PyTorch's row of the same stages and
@@ -92,6 +91,7 @@
 #include "core/data/dataset.h"
 #include "core/io/json_file.h"
 #include "core/pipeline/schedule.h"
+#include "core/pipeline/simulate.h"
 #include "core/runtime/coordinator/pipeline.h"
 #include "core/train/local_trainer.h"
 #include "core/train/train_config.h"
@@ -302,40 +302,38 @@ Row run_local(const BenchOptions& o, const ModelInfo& m, const std::string& text
 }
 
 // Busy, send, bubble and the ideal rate from a pipeline run's `stage_busy`.
-// The ideal is the synchronous pipeline with the measured per-stage compute
-// and free links: the slowest stage's compute plus the schedule's idle
-// (bubble_fraction's, in micro-batches of the other stages' compute; for zb1
-// with the run's own W share), so that it is the bubble the theory gives for
-// this run's split, its stages' imbalance included (`bubble_split`).
+// The ideal is the run's schedule with its stages' measured compute and free
+// links: simulate_pipeline (core/pipeline/simulate.h) runs the action lists
+// with each stage's forward, B, W (or fused backward) and optimizer seconds of
+// the whole run, as if it were one batch of M micro-batches (the times scale
+// together, so the bubble is a batch's), so that `bubble_split` is the bubble
+// the schedule allows for this run's cut, its stages' imbalance included.
 void take_stage_busy(Row& row, const json& r) {
   const double T = std::max(1e-9, row.train_seconds);
-  double idle = 0, sum_compute = 0, max_compute = 0, weight = 0, passes = 0;
+  const double mb = std::max(1, row.microbatches);
+  double idle = 0, sum_compute = 0;
+  std::vector<cleave::StageTimes> times;
   for (const auto& st : r.at("stage_busy")) {
     const auto& b = st.at("busy_seconds");
     auto get = [&](const char* k) { return b.contains(k) ? b.at(k).get<double>() : 0.0; };
     // zb1's backward is two slices, B (input gradient) and W (weight gradient).
-    const double pass = get("forward") + get("backward") + get("B") + get("W");
-    const double c = pass + get("optimizer");
+    times.push_back({get("forward") / mb, (get("backward") + get("B")) / mb, get("W") / mb, get("optimizer")});
+    const double c = get("forward") + get("backward") + get("B") + get("W") + get("optimizer");
     const double s = get("send");
     row.compute.push_back(c);
     row.send.push_back(s);
     idle += std::max(0.0, T - c - s);
     sum_compute += c;
-    max_compute = std::max(max_compute, c);
-    weight += get("W");
-    passes += pass;
   }
   const int p = std::max<int>(1, static_cast<int>(row.compute.size()));
   const cleave::ScheduleKind kind = cleave::parse_schedule(row.schedule);
   row.bubble_measured = idle / (static_cast<double>(p) * T);
   row.bubble_theoretical = cleave::bubble_fraction(kind, p, row.microbatches);
-  const double mb = row.microbatches;
-  const double b = cleave::bubble_fraction(kind, p, row.microbatches, passes > 0 ? weight / passes : 1.0 / 3);
-  const double idle_units = mb * b / std::max(1e-9, 1 - b);  // idle micro-batches of an equal-stage pipeline
-  const double ideal_seconds = max_compute + (p > 1 ? idle_units / (p - 1) * (sum_compute - max_compute) / mb : 0.0);
+  if (times.empty()) return;
+  const cleave::SimulatedPipeline ideal = cleave::simulate_pipeline(kind, static_cast<int>(mb), times);
   const double samples = row.samples_per_sec * row.train_seconds;
-  row.ideal_samples_per_sec = samples / std::max(1e-9, ideal_seconds);
-  row.bubble_split = 1 - sum_compute / (static_cast<double>(p) * std::max(1e-9, ideal_seconds));
+  row.ideal_samples_per_sec = samples / std::max(1e-9, ideal.batch_seconds);
+  row.bubble_split = 1 - sum_compute / (static_cast<double>(p) * std::max(1e-9, ideal.batch_seconds));
 }
 
 // The cluster options of one pipeline run over daemons keyed in `dir`.

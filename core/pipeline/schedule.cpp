@@ -114,8 +114,8 @@ double bubble_fraction(ScheduleKind kind, int stages, int microbatches, double w
   // F + B of the stages below, its W's fill the rest: (p - 1)(1 - 2w), which
   // is (p - 1) / 3 units with equal F, B and W, and p - 1 when no layer splits
   // its backward (w = 0: the schedule is 1F1B's). With M < p there are too
-  // few W's to fill the drain: p - M more W's worth of idle (a simulation of
-  // make_schedule: tests/planner/test_microbatches.cpp).
+  // few W's to fill the drain: p - M more W's worth of idle (simulate_pipeline,
+  // simulate.h, runs make_schedule to the same numbers: tests/pipeline).
   if (kind == ScheduleKind::zb1) {
     const double w = std::clamp(weight_share, 0.0, 0.5);
     const double idle = (p - 1) * (1 - 2 * w) + std::max(0.0, p - m) * w;

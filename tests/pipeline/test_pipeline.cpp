@@ -9,6 +9,7 @@
 #include "core/model/model_spec.h"
 #include "core/nn/loss.h"
 #include "core/pipeline/schedule.h"
+#include "core/pipeline/simulate.h"
 #include "core/pipeline/stage.h"
 #include "core/pipeline/trace.h"
 #include "core/planner/balance.h"
@@ -204,6 +205,63 @@ TEST_CASE("zb1's bubble with unit F, B and W is (p - 1) / (3M + p - 1), a third 
       CHECK(static_cast<double>(ofob - 3 * m) / ofob == Approx(bubble_fraction(ScheduleKind::one_f_one_b, p, m)));
     }
   CHECK(bubble_fraction(ScheduleKind::zb1, 1, 4) == 0);
+}
+
+TEST_CASE("simulate_pipeline runs the schedules as the unit-time simulation does, at bubble_fraction with equal stages",
+          "[pipeline][simulate]") {
+  for (ScheduleKind kind : {ScheduleKind::gpipe, ScheduleKind::one_f_one_b, ScheduleKind::zb1})
+    for (int p = 1; p <= 5; ++p)
+      for (int m = 1; m <= 10; ++m) {
+        INFO(schedule_name(kind) << ", " << p << " stages, " << m << " micro-batches");
+        const SimulatedPipeline sim = simulate_pipeline(kind, m, std::vector<StageTimes>(p, StageTimes{1, 1, 1, 0}));
+        // Batches run back to back, but each starts only after the one before
+        // drained, so one batch takes what the one-batch simulation's makespan says.
+        CHECK(sim.batch_seconds == Approx(simulate_unit_times(kind, p, m)));
+        CHECK(sim.bubble == Approx(bubble_fraction(kind, p, m)).margin(1e-12));
+        REQUIRE(sim.busy_seconds.size() == static_cast<size_t>(p));
+        for (double b : sim.busy_seconds) CHECK(b == Approx(3.0 * m));
+      }
+}
+
+TEST_CASE("simulate_pipeline: an uneven cut, the optimizer step and the links", "[pipeline][simulate]") {
+  // The last stage twice as slow: under zb1 its W's after the last B cover the
+  // first stage's B, W and next first forward, so it never waits and the batch
+  // takes its busy time; the first stage idles the other half.
+  const std::vector<StageTimes> uneven{{1, 1, 1, 0}, {2, 2, 2, 0}};
+  SimulatedPipeline zb = simulate_pipeline(ScheduleKind::zb1, 4, uneven);
+  CHECK(zb.batch_seconds == Approx(24));
+  CHECK(zb.bubble == Approx(0.25));
+  // Not so under 1F1B: the fused backward leaves the last stage nothing to do
+  // while the first finishes, and the next batch waits for that.
+  const SimulatedPipeline ofob = simulate_pipeline(ScheduleKind::one_f_one_b, 4, uneven);
+  CHECK(ofob.batch_seconds > zb.batch_seconds);
+  // The bubble never beats the equal-stage theory when stages differ.
+  for (ScheduleKind kind : {ScheduleKind::gpipe, ScheduleKind::one_f_one_b, ScheduleKind::zb1})
+    CHECK(simulate_pipeline(kind, 8, uneven).bubble > bubble_fraction(kind, 2, 8));
+  // GPipe on two equal stages with messages of d seconds: one wait of d for the
+  // first activation and one for the last gradient, per batch: 3(M + 1) + 2d.
+  const std::vector<StageTimes> equal{{1, 1, 1, 0}, {1, 1, 1, 0}};
+  CHECK(simulate_pipeline(ScheduleKind::gpipe, 8, equal, 0.25).batch_seconds == Approx(27.5));
+  // Slower links or an optimizer step never shorten a batch.
+  for (ScheduleKind kind : {ScheduleKind::gpipe, ScheduleKind::one_f_one_b, ScheduleKind::zb1}) {
+    const double free = simulate_pipeline(kind, 8, equal).batch_seconds;
+    CHECK(simulate_pipeline(kind, 8, equal, 0.5).batch_seconds > free);
+    const std::vector<StageTimes> with_step{{1, 1, 1, 2}, {1, 1, 1, 2}};
+    const SimulatedPipeline stepped = simulate_pipeline(kind, 8, with_step);
+    CHECK(stepped.batch_seconds >= free + 2);
+    CHECK(stepped.busy_seconds[0] == Approx(26));
+  }
+  // One stage: no bubble, the batch is its work.
+  zb = simulate_pipeline(ScheduleKind::zb1, 3, {{1, 2, 3, 4}});
+  CHECK(zb.batch_seconds == Approx(22));
+  CHECK(zb.bubble == Approx(0).margin(1e-12));
+}
+
+TEST_CASE("simulate_pipeline refuses what is not a pipeline", "[pipeline][simulate]") {
+  CHECK_THROWS_WITH(simulate_pipeline(ScheduleKind::zb1, 4, {}), Catch::Contains("at least one stage"));
+  CHECK_THROWS_WITH(simulate_pipeline(ScheduleKind::zb1, 0, {{1, 1, 1, 0}}), Catch::Contains("one micro-batch"));
+  CHECK_THROWS_WITH(simulate_pipeline(ScheduleKind::gpipe, 2, {{1, -1, 1, 0}}), Catch::Contains("non-negative"));
+  CHECK_THROWS_WITH(simulate_pipeline(ScheduleKind::gpipe, 2, {{1, 1, 1, 0}}, -1), Catch::Contains("non-negative"));
 }
 
 TEST_CASE("balance_ranges minimises the largest stage", "[pipeline]") {

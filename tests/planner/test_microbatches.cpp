@@ -6,10 +6,10 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
-#include <map>
 #include <random>
 
 #include "core/pipeline/schedule.h"
+#include "core/pipeline/simulate.h"
 #include "core/planner/devices_file.h"
 #include "core/planner/plan_report.h"
 #include "core/planner/planner.h"
@@ -19,40 +19,6 @@
 using namespace cleave;
 
 namespace {
-
-// Units of time one batch takes when every stage runs make_schedule's actions
-// in order, a forward, an input gradient and a weight gradient take one unit
-// each (a whole backward two), messages are free and a receive waits for its
-// send.
-double simulated_batch_units(ScheduleKind kind, int stages, int microbatches) {
-  std::vector<std::vector<Action>> actions(stages);
-  for (int s = 0; s < stages; ++s) actions[s] = make_schedule(kind, s, stages, microbatches);
-  std::vector<size_t> next(stages, 0);
-  std::vector<double> clock(stages, 0);
-  std::map<std::pair<int, int>, double> activation_sent, gradient_sent;  // (stage, micro-batch) -> when
-  for (bool moved = true; moved;) {
-    moved = false;
-    for (int s = 0; s < stages; ++s)
-      for (; next[s] < actions[s].size(); ++next[s], moved = true) {
-        const Action a = actions[s][next[s]];
-        const auto from = a.kind == ActionKind::receive_activation && s > 0 ? &activation_sent
-                          : a.kind == ActionKind::receive_gradient && s + 1 < stages ? &gradient_sent
-                                                                                     : nullptr;
-        if (from) {
-          const auto it = from->find({a.kind == ActionKind::receive_activation ? s - 1 : s + 1, a.microbatch});
-          if (it == from->end()) break;  // not sent yet: another stage first
-          clock[s] = std::max(clock[s], it->second);
-        }
-        if (a.kind == ActionKind::forward || a.kind == ActionKind::backward_input || a.kind == ActionKind::backward_weight)
-          clock[s] += 1;
-        if (a.kind == ActionKind::backward) clock[s] += 2;
-        if (a.kind == ActionKind::send_activation) activation_sent[{s, a.microbatch}] = clock[s];
-        if (a.kind == ActionKind::send_gradient) gradient_sent[{s, a.microbatch}] = clock[s];
-      }
-  }
-  for (int s = 0; s < stages; ++s) REQUIRE(next[s] == actions[s].size());  // no stage deadlocked
-  return *std::max_element(clock.begin(), clock.end());
-}
 
 // A device with measured per-sample and per-micro-batch layer times.
 DeviceProfile measured_device(const std::string& name, int layers, double per_sample, double per_microbatch,
@@ -79,7 +45,10 @@ TEST_CASE("the cost model's bubble is what the schedules' action lists take", "[
         o.microbatches = m;
         o.batch = 64;
         const CostModel cost(model, cluster, o);
-        const double units = simulated_batch_units(kind, p, m);
+        // One batch of unit F, B and W per micro-batch, make_schedule's action lists
+        // run in order (simulate_pipeline, checked against a second simulation
+        // in tests/pipeline/test_pipeline.cpp).
+        const double units = simulate_pipeline(kind, m, std::vector<StageTimes>(p, StageTimes{1, 1, 1, 0})).batch_seconds;
         INFO(schedule_name(kind) << ", " << p << " stages, " << m << " micro-batches: " << units << " units");
         // Each stage works 3 units per micro-batch; the rest of the batch it idles.
         CHECK(cost.bubble(p) == Approx(1 - 3.0 * m / units).margin(1e-12));

@@ -33,7 +33,7 @@ void check_plan_consistent(const Plan& plan, const CostModel& cost) {
   // The fill of the pipeline: 1F1B's and GPipe's (p - 1) / (M + p - 1) of the batch
   // time. ZB-H1's depends on the share w of the stages' time in W (layers that
   // split their backward): (p - 1)(1 - 2w) + max(0, p - M) w idle micro-batch
-  // times (test_microbatches.cpp simulates it); never more than 1F1B's.
+  // times (simulate_pipeline runs it, test_microbatches.cpp); never more than 1F1B's.
   const double ofob = (m + p - 1) / m * plan.bottleneck_seconds;
   if (plan.options.schedule == ScheduleKind::zb1) {
     double w = 0, compute = 0;

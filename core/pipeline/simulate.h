@@ -1,0 +1,48 @@
+// simulate.h: how long a pipeline's batch takes, and how much of it each stage
+// idles, when its stages take given times per micro-batch: make_schedule's
+// action lists run as the executor runs them (stage.h), batch after batch.
+//
+// bubble_fraction (schedule.h) is the theory for equal stages. Real cuts are
+// not equal (a GPT's last stage carries the head and the loss), and how much an
+// uneven cut costs depends on the schedule: under ZB-H1 the lighter first stage
+// waits for the heavier last one, and the last one waits at every batch's start
+// for the first stage's B, W, optimizer step and first forward. This runs the
+// lists with the stages' own times, so that it is the bubble the schedule
+// allows for that cut with free (or given) links: what bench_pipeline reports
+// as a run's `split` bubble and its ideal rate.
+#pragma once
+
+#include <vector>
+
+#include "core/pipeline/schedule.h"
+
+namespace cleave {
+
+// One stage's times, in seconds: per micro-batch for the passes, per batch for
+// the optimizer step. Under gpipe and 1f1b a backward takes
+// backward_input + backward_weight (they run as one action).
+struct StageTimes {
+  double forward = 0;
+  double backward_input = 0;   // B: the input gradient (and, fused, all of gpipe's and 1f1b's backward)
+  double backward_weight = 0;  // W: the weight gradient
+  double optimizer = 0;
+};
+
+struct SimulatedPipeline {
+  double batch_seconds = 0;           // steady state: the time between consecutive batches' ends
+  std::vector<double> busy_seconds;   // per stage, per batch: its passes and optimizer step
+  double bubble = 0;                  // 1 - sum(busy) / (p * batch_seconds)
+};
+
+// Runs make_schedule(kind, s, p, microbatches) for every stage s of `stages`
+// (p = stages.size() >= 1) for several batches back to back: a stage starts a
+// batch's actions once it has run its own optimizer step of the one before
+// (the first stage's inputs and the last stage's labels are always there); a
+// receive waits until the tensor was sent plus `message_seconds` (a send
+// itself costs the stage nothing: links run on their own threads). Throws
+// std::invalid_argument for no stages, microbatches < 1 or a negative time,
+// std::logic_error if the lists deadlock (a schedule bug).
+SimulatedPipeline simulate_pipeline(ScheduleKind kind, int microbatches, const std::vector<StageTimes>& stages,
+                                    double message_seconds = 0);
+
+}  // namespace cleave
