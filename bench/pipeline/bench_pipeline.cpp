@@ -40,6 +40,10 @@
 //   split bubble                   = 1 - sum_s compute_s / (p * that time): the
 //       schedule's bubble for this run's stages, their imbalance and W share
 //       included (bubble_fraction's theory assumes equal stages).
+//   split per step (--trace-dir)   = the median over the run's steps of the
+//       same with each step's own per-stage times, from the trace
+//       (`bubble_split_per_step`): the stages' relative speed moves from step
+//       to step on a shared machine; measured - it is what the pipeline adds.
 //   limit          = "model" when the pipeline reaches >= 85% of that ideal
 //       (the split of the model's layers is what caps it), else "pipeline"
 //   vs torch       = cleave's rate over PyTorch's row of the same stages and
@@ -176,7 +180,8 @@ struct Row {
   double accuracy = -1, val_loss = -1;
   std::vector<double> compute, send;  // per stage, seconds
   double bubble_measured = -1, bubble_theoretical = -1;
-  double bubble_split = -1;  // the theory's bubble with this run's measured per-stage compute (take_stage_busy)
+  double bubble_split = -1;  // the schedule's bubble with this run's measured per-stage compute (take_stage_busy)
+  double bubble_split_per_step = -1;  // its median over the steps of the run's trace (--trace-dir; split_per_step)
   double ideal_samples_per_sec = 0;
   double load1 = 0;
   double cpu_self = 0, cpu_daemons = 0;  // CPU seconds of this process / of the daemons over the run
@@ -336,6 +341,37 @@ void take_stage_busy(Row& row, const json& r) {
   row.bubble_split = 1 - sum_compute / (static_cast<double>(p) * std::max(1e-9, ideal.batch_seconds));
 }
 
+// The median over a run's steps (its first, the warm-up, left out) of the
+// bubble simulate_pipeline gives each step's own per-stage forward, B, W and
+// optimizer seconds, read from the run's Chrome trace: on a shared machine the
+// stages' relative speed moves from step to step, which the whole run's totals
+// (`bubble_split`) average away. -1 without a readable trace.
+double split_per_step(const std::string& trace_path, cleave::ScheduleKind kind, int microbatches) {
+  std::ifstream in(trace_path);
+  const json trace = in ? json::parse(in, nullptr, false) : json();
+  if (trace.is_discarded() || !trace.is_object() || !trace.contains("traceEvents")) return -1;
+  std::map<int64_t, std::map<int, cleave::StageTimes>> steps;  // step -> stage -> its times
+  const double mb = std::max(1, microbatches);
+  for (const auto& e : trace.at("traceEvents")) {
+    if (e.value("ph", "") != "X" || !e.contains("args")) continue;
+    const std::string name = e.value("name", "");
+    const double seconds = e.value("dur", 0.0) * 1e-6;
+    cleave::StageTimes& t = steps[e.at("args").value("step", int64_t{-1})][e.value("tid", 0)];
+    if (name == "forward") t.forward += seconds / mb;
+    if (name == "backward" || name == "B") t.backward_input += seconds / mb;
+    if (name == "W") t.backward_weight += seconds / mb;
+    if (name == "optimizer") t.optimizer += seconds;
+  }
+  std::vector<double> bubbles;
+  for (const auto& [step, stages] : steps) {
+    if (step < 1) continue;
+    std::vector<cleave::StageTimes> times;
+    for (const auto& [stage, t] : stages) times.push_back(t);
+    bubbles.push_back(cleave::simulate_pipeline(kind, std::max(1, microbatches), times).bubble);
+  }
+  return bubbles.empty() ? -1 : median(bubbles);
+}
+
 // The cluster options of one pipeline run over daemons keyed in `dir`.
 cleave::ClusterOptions pipeline_options(const BenchOptions& o, const std::string& dir, int stages,
                                         const std::string& schedule, const std::string& recompute,
@@ -433,6 +469,8 @@ Row run_pipeline(const BenchOptions& o, const ModelInfo& m, const std::string& t
       row.prediction["host_contention"] = contention;
     }
     take_stage_busy(row, r);
+    if (!cl.trace_path.empty())
+      row.bubble_split_per_step = split_per_step(cl.trace_path, cleave::parse_schedule(schedule), o.microbatches);
     row.load1 = load_average();
     return row;
   } catch (...) {
@@ -501,6 +539,7 @@ json rep_json(const Row& r) {
     j["stage_send_seconds"] = r.send;
     j["bubble_measured"] = r.bubble_measured;
     j["bubble_split"] = r.bubble_split;
+    if (r.bubble_split_per_step >= 0) j["bubble_split_per_step"] = r.bubble_split_per_step;
     j["stages"] = r.stage_memory;
     if (!r.prediction.is_null()) j["prediction"] = r.prediction;
   }
@@ -619,6 +658,7 @@ json to_json(const Row& r) {
   j["bubble_measured"] = r.bubble_measured;
   j["bubble_theoretical"] = r.bubble_theoretical;
   j["bubble_split"] = r.bubble_split;
+  if (r.bubble_split_per_step >= 0) j["bubble_split_per_step"] = r.bubble_split_per_step;
   j["ideal_samples_per_sec"] = r.ideal_samples_per_sec;
   j["plan"] = r.plan;
   j["stage_memory"] = r.stage_memory;
@@ -682,6 +722,18 @@ void print_memory(const std::vector<Row>& rows) {
   }
 }
 
+// With --trace-dir: per pipeline row, the measured bubble beside the split's,
+// whole-run and per step (split_per_step), so that measured - per step is what
+// the pipeline itself adds.
+void print_split_per_step(const std::vector<Row>& rows) {
+  if (std::none_of(rows.begin(), rows.end(), [](const Row& r) { return r.bubble_split_per_step >= 0; })) return;
+  std::printf("\nbubble: measured / split (whole run) / split per step (median of the trace's steps)\n");
+  for (const Row& r : rows)
+    if (r.kind == "pipe" && r.bubble_split_per_step >= 0)
+      std::printf("%-8s %-20s %.3f / %.3f / %.3f\n", r.model.c_str(), r.setup.c_str(), r.bubble_measured,
+                  r.bubble_split, r.bubble_split_per_step);
+}
+
 void print_rows(const std::vector<Row>& rows) {
   std::map<std::string, double> baseline;
   for (const Row& r : rows)
@@ -719,6 +771,7 @@ void print_rows(const std::vector<Row>& rows) {
                   contention.empty() ? "-" : contention.c_str());
     }
   print_memory(rows);
+  print_split_per_step(rows);
   std::fflush(stdout);
 }
 
