@@ -98,12 +98,12 @@ std::vector<double> profile_each_alone(Device& device, const ModelSpec& spec, in
 
 // One repetition of the chain: `in_flight` micro-batches forward through every
 // layer (each kept for backward, as a stage keeps them), then each backward
-// through them in reverse, in the order the forwards ran; adds each layer's
+// through them in reverse, in the order the forwards ran, layer i with its
+// input gradient where need_dx[i] (input_gradients_timed); adds each layer's
 // time to `t`.
 void run_chain_once(Device& device, std::vector<std::unique_ptr<Partition>>& parts, const Tensor& x, const Tensor& dy,
-                    int in_flight, bool split_backward, std::vector<double>& t) {
+                    int in_flight, bool split_backward, const std::vector<bool>& need_dx, std::vector<double>& t) {
   const int n = static_cast<int>(parts.size());
-  const std::vector<bool> need_dx = input_gradients_timed(parts);
   for (int mb = 0; mb < in_flight; ++mb) {
     Tensor h = x;
     for (int i = 0; i < n; ++i) {
@@ -141,10 +141,11 @@ std::vector<double> profile_in_chain(Device& device, const ModelSpec& spec, int6
     }
     Rng rng(12345);
     const Tensor x = profile_input(device, spec, 0, samples, rng), dy = profile_gradient(device, spec, n - 1, samples);
+    const std::vector<bool> need_dx = input_gradients_timed(parts);
     std::vector<std::vector<double>> times(static_cast<size_t>(n));
     for (int r = 0; r <= repetitions; ++r) {  // r == 0 warms up
       std::vector<double> t(static_cast<size_t>(n), 0.0);
-      run_chain_once(device, parts, x, dy, in_flight, split_backward, t);
+      run_chain_once(device, parts, x, dy, in_flight, split_backward, need_dx, t);
       if (r > 0)
         for (int i = 0; i < n; ++i) times[static_cast<size_t>(i)].push_back(t[static_cast<size_t>(i)]);
     }
