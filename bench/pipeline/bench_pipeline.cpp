@@ -362,9 +362,11 @@ double split_per_step(const std::string& trace_path, cleave::ScheduleKind kind, 
     if (name == "W") t.backward_weight += seconds / mb;
     if (name == "optimizer") t.optimizer += seconds;
   }
+  size_t p = 0;
+  for (const auto& [step, stages] : steps) p = std::max(p, stages.size());
   std::vector<double> bubbles;
   for (const auto& [step, stages] : steps) {
-    if (step < 1) continue;
+    if (step < 1 || stages.size() != p) continue;  // the warm-up, or a step some stage's trace lacks
     std::vector<cleave::StageTimes> times;
     for (const auto& [stage, t] : stages) times.push_back(t);
     bubbles.push_back(cleave::simulate_pipeline(kind, std::max(1, microbatches), times).bubble);
