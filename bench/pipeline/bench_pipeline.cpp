@@ -306,6 +306,17 @@ Row run_local(const BenchOptions& o, const ModelInfo& m, const std::string& text
   return row;
 }
 
+// Adds `seconds` of the trace slices named `name` to a stage's times: per
+// micro-batch (of `microbatches`) for the passes, per batch for the optimizer
+// step; zb1's backward is two slices, B (input gradient) and W (weight
+// gradient), gpipe's and 1f1b's one, `backward`. Other slices are not compute.
+void add_slice(cleave::StageTimes& t, const std::string& name, double seconds, double microbatches) {
+  if (name == "forward") t.forward += seconds / microbatches;
+  if (name == "backward" || name == "B") t.backward_input += seconds / microbatches;
+  if (name == "W") t.backward_weight += seconds / microbatches;
+  if (name == "optimizer") t.optimizer += seconds;
+}
+
 // Busy, send, bubble and the ideal rate from a pipeline run's `stage_busy`.
 // The ideal is the run's schedule with its stages' measured compute and free
 // links: simulate_pipeline (core/pipeline/simulate.h) runs the action lists
@@ -321,8 +332,8 @@ void take_stage_busy(Row& row, const json& r) {
   for (const auto& st : r.at("stage_busy")) {
     const auto& b = st.at("busy_seconds");
     auto get = [&](const char* k) { return b.contains(k) ? b.at(k).get<double>() : 0.0; };
-    // zb1's backward is two slices, B (input gradient) and W (weight gradient).
-    times.push_back({get("forward") / mb, (get("backward") + get("B")) / mb, get("W") / mb, get("optimizer")});
+    times.emplace_back();
+    for (const auto& [name, seconds] : b.items()) add_slice(times.back(), name, seconds.get<double>(), mb);
     const double c = get("forward") + get("backward") + get("B") + get("W") + get("optimizer");
     const double s = get("send");
     row.compute.push_back(c);
@@ -354,13 +365,8 @@ double split_per_step(const std::string& trace_path, cleave::ScheduleKind kind, 
   const double mb = std::max(1, microbatches);
   for (const auto& e : trace.at("traceEvents")) {
     if (e.value("ph", "") != "X" || !e.contains("args")) continue;
-    const std::string name = e.value("name", "");
-    const double seconds = e.value("dur", 0.0) * 1e-6;
-    cleave::StageTimes& t = steps[e.at("args").value("step", int64_t{-1})][e.value("tid", 0)];
-    if (name == "forward") t.forward += seconds / mb;
-    if (name == "backward" || name == "B") t.backward_input += seconds / mb;
-    if (name == "W") t.backward_weight += seconds / mb;
-    if (name == "optimizer") t.optimizer += seconds;
+    add_slice(steps[e.at("args").value("step", int64_t{-1})][e.value("tid", 0)], e.value("name", ""),
+              e.value("dur", 0.0) * 1e-6, mb);
   }
   size_t p = 0;
   for (const auto& [step, stages] : steps) p = std::max(p, stages.size());

@@ -13,6 +13,17 @@ namespace {
 using Arrivals = std::vector<std::vector<std::vector<double>>>;
 
 struct Run {
+  Run(ScheduleKind kind, int microbatches, const std::vector<StageTimes>& times, double message_seconds, int batches)
+      : kind(kind), p(static_cast<int>(times.size())), batches(batches), t(times), message(message_seconds) {
+    for (int s = 0; s < p; ++s) actions.push_back(make_schedule(kind, s, p, microbatches));
+    const auto none = std::vector<std::vector<double>>(p, std::vector<double>(microbatches, -1.0));
+    activation.assign(batches, none);
+    gradient.assign(batches, none);
+    clock.assign(p, 0.0);
+    batch_end.assign(batches, std::vector<double>(p, 0.0));
+    next.assign(p, 0);
+  }
+
   ScheduleKind kind;
   int p, batches;
   const std::vector<StageTimes>& t;
@@ -93,14 +104,7 @@ SimulatedPipeline simulate_pipeline(ScheduleKind kind, int microbatches, const s
   // Enough batches that the later half runs in the steady state: the pipeline
   // fills within the first one or two.
   const int batches = 2 * p + 4;
-  Run r{kind, p, batches, stages, message_seconds, {}, {}, {}, {}, {}, {}};
-  for (int s = 0; s < p; ++s) r.actions.push_back(make_schedule(kind, s, p, microbatches));
-  const auto none = std::vector<std::vector<double>>(p, std::vector<double>(microbatches, -1.0));
-  r.activation.assign(batches, none);
-  r.gradient.assign(batches, none);
-  r.clock.assign(p, 0.0);
-  r.batch_end.assign(batches, std::vector<double>(p, 0.0));
-  r.next.assign(p, 0);
+  Run r(kind, microbatches, stages, message_seconds, batches);
   r.run_all();
 
   SimulatedPipeline out;
