@@ -13,8 +13,9 @@ namespace {
 using Arrivals = std::vector<std::vector<std::vector<double>>>;
 
 struct Run {
-  Run(ScheduleKind kind, int microbatches, const std::vector<StageTimes>& times, double message_seconds, int batches)
-      : kind(kind), p(static_cast<int>(times.size())), batches(batches), t(times), message(message_seconds) {
+  Run(ScheduleKind kind, int microbatches, const std::vector<StageTimes>& times, const std::vector<LinkTimes>& links,
+      int batches)
+      : kind(kind), p(static_cast<int>(times.size())), batches(batches), t(times), links(links) {
     for (int s = 0; s < p; ++s) actions.push_back(make_schedule(kind, s, p, microbatches));
     const auto none = std::vector<std::vector<double>>(p, std::vector<double>(microbatches, -1.0));
     activation.assign(batches, none);
@@ -22,17 +23,27 @@ struct Run {
     clock.assign(p, 0.0);
     batch_end.assign(batches, std::vector<double>(p, 0.0));
     next.assign(p, 0);
+    activation_free.assign(links.size(), 0.0);
+    gradient_free.assign(links.size(), 0.0);
   }
 
   ScheduleKind kind;
   int p, batches;
   const std::vector<StageTimes>& t;
-  double message;
+  const std::vector<LinkTimes>& links;
   std::vector<std::vector<Action>> actions;  // per stage, one batch
   Arrivals activation, gradient;
   std::vector<double> clock;
   std::vector<std::vector<double>> batch_end;  // [batch][stage]: its optimizer step's end
   std::vector<size_t> next;                    // per stage: batch * actions + position
+  std::vector<double> activation_free, gradient_free;  // per cut: when its direction's wire is free
+
+  // A message sent at `at` over a direction whose wire is free at `free`,
+  // holding it `wire` seconds: when it arrives.
+  static double cross(double at, double& free, double wire, double latency) {
+    free = std::max(free, at) + wire;
+    return free + latency;
+  }
 
   // Runs stage s's next action if its input is there; false when it must wait.
   bool step(int s) {
@@ -58,8 +69,12 @@ struct Run {
       case ActionKind::backward: clock[s] += st.backward_input + st.backward_weight; break;
       case ActionKind::backward_input: clock[s] += st.backward_input; break;
       case ActionKind::backward_weight: clock[s] += st.backward_weight; break;
-      case ActionKind::send_activation: activation[b][s + 1][mb] = clock[s] + message; break;
-      case ActionKind::send_gradient: gradient[b][s - 1][mb] = clock[s] + message; break;
+      case ActionKind::send_activation:
+        activation[b][s + 1][mb] = cross(clock[s], activation_free[s], links[s].activation, links[s].latency);
+        break;
+      case ActionKind::send_gradient:
+        gradient[b][s - 1][mb] = cross(clock[s], gradient_free[s - 1], links[s - 1].gradient, links[s - 1].latency);
+        break;
       case ActionKind::optimizer_step:
         clock[s] += st.optimizer;
         batch_end[b][s] = clock[s];
@@ -85,26 +100,38 @@ struct Run {
   double end_of(int b) const { return *std::max_element(batch_end[b].begin(), batch_end[b].end()); }
 };
 
-void check(int microbatches, const std::vector<StageTimes>& stages, double message_seconds) {
+void check(int microbatches, const std::vector<StageTimes>& stages, const std::vector<LinkTimes>& links) {
   if (stages.empty() || microbatches < 1)
     throw std::invalid_argument("simulate_pipeline: needs at least one stage and one micro-batch, got " +
                                 std::to_string(stages.size()) + " and " + std::to_string(microbatches));
   for (const StageTimes& s : stages)
     if (!(s.forward >= 0 && s.backward_input >= 0 && s.backward_weight >= 0 && s.optimizer >= 0))
       throw std::invalid_argument("simulate_pipeline: a stage's times must be non-negative");
-  if (!(message_seconds >= 0)) throw std::invalid_argument("simulate_pipeline: message_seconds must be non-negative");
+  if (links.size() + 1 != stages.size())
+    throw std::invalid_argument("simulate_pipeline: " + std::to_string(stages.size()) + " stages need " +
+                                std::to_string(stages.size() - 1) + " links, got " + std::to_string(links.size()));
+  for (const LinkTimes& l : links)
+    if (!(l.activation >= 0 && l.gradient >= 0 && l.latency >= 0))
+      throw std::invalid_argument("simulate_pipeline: a link's times must be non-negative");
 }
 
 }  // namespace
 
 SimulatedPipeline simulate_pipeline(ScheduleKind kind, int microbatches, const std::vector<StageTimes>& stages,
                                     double message_seconds) {
-  check(microbatches, stages, message_seconds);
+  if (!(message_seconds >= 0)) throw std::invalid_argument("simulate_pipeline: message_seconds must be non-negative");
+  const size_t cuts = stages.empty() ? 0 : stages.size() - 1;
+  return simulate_pipeline(kind, microbatches, stages, std::vector<LinkTimes>(cuts, LinkTimes{0, 0, message_seconds}));
+}
+
+SimulatedPipeline simulate_pipeline(ScheduleKind kind, int microbatches, const std::vector<StageTimes>& stages,
+                                    const std::vector<LinkTimes>& links) {
+  check(microbatches, stages, links);
   const int p = static_cast<int>(stages.size());
   // Enough batches that the later half runs in the steady state: the pipeline
   // fills within the first one or two.
   const int batches = 2 * p + 4;
-  Run r(kind, microbatches, stages, message_seconds, batches);
+  Run r(kind, microbatches, stages, links, batches);
   r.run_all();
 
   SimulatedPipeline out;

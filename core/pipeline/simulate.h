@@ -28,6 +28,17 @@ struct StageTimes {
   double optimizer = 0;
 };
 
+// The link of one cut, between stage s and s + 1, in seconds per message. Each
+// direction carries one message at a time, in the order they are sent (a
+// message waits for the one before it): it holds the wire for `activation`
+// (s -> s + 1) or `gradient` (s + 1 -> s) seconds and arrives `latency` after
+// it leaves the wire. The two directions do not wait for each other.
+struct LinkTimes {
+  double activation = 0;
+  double gradient = 0;
+  double latency = 0;
+};
+
 struct SimulatedPipeline {
   double batch_seconds = 0;           // steady state: the time between consecutive batches' ends
   std::vector<double> busy_seconds;   // per stage, per batch: its passes and optimizer step
@@ -38,10 +49,14 @@ struct SimulatedPipeline {
 // (p = stages.size() >= 1) for several batches back to back: a stage starts a
 // batch's actions once it has run its own optimizer step of the one before
 // (the first stage's inputs and the last stage's labels are always there); a
-// receive waits until the tensor was sent plus `message_seconds` (a send
-// itself costs the stage nothing: links run on their own threads). Throws
-// std::invalid_argument for no stages, microbatches < 1 or a negative time,
+// receive waits until the tensor has crossed its cut's link, `links[s]`
+// between stage s and s + 1 (a send itself costs the stage nothing: links run
+// on their own threads). Throws std::invalid_argument for no stages,
+// microbatches < 1, a negative time or links.size() != p - 1,
 // std::logic_error if the lists deadlock (a schedule bug).
+SimulatedPipeline simulate_pipeline(ScheduleKind kind, int microbatches, const std::vector<StageTimes>& stages,
+                                    const std::vector<LinkTimes>& links);
+// The same with every link free but for `message_seconds` of latency.
 SimulatedPipeline simulate_pipeline(ScheduleKind kind, int microbatches, const std::vector<StageTimes>& stages,
                                     double message_seconds = 0);
 

@@ -257,11 +257,40 @@ TEST_CASE("simulate_pipeline: an uneven cut, the optimizer step and the links", 
   CHECK(zb.bubble == Approx(0).margin(1e-12));
 }
 
+TEST_CASE("simulate_pipeline: a link carries one message at a time in each direction", "[pipeline][simulate]") {
+  const std::vector<StageTimes> equal{{1, 1, 0, 0}, {1, 1, 0, 0}};
+  // GPipe, 4 micro-batches, activations holding the wire 2 units (longer than a
+  // forward): they leave stage 0 at 1, 2, 3, 4 but arrive at 3, 5, 7, 9. Stage
+  // 1's forwards end at 10, its backwards at 11-14, stage 0's at 12-15.
+  CHECK(simulate_pipeline(ScheduleKind::gpipe, 4, equal, {LinkTimes{2, 0, 0}}).batch_seconds == Approx(15));
+  // The same 2 units as latency only (both ways): they arrive at 3, 4, 5, 6,
+  // stage 1's backwards end at 8-11, the gradients arrive at 10-13: 14.
+  CHECK(simulate_pipeline(ScheduleKind::gpipe, 4, equal, {LinkTimes{0, 0, 2}}).batch_seconds == Approx(14));
+  // Gradients queue too: leaving stage 1 at 11-14, they reach stage 0 at 13, 15, 17, 19.
+  CHECK(simulate_pipeline(ScheduleKind::gpipe, 4, equal, {LinkTimes{2, 2, 0}}).batch_seconds == Approx(20));
+  // Latency only is what the scalar form gives, for every schedule.
+  const std::vector<StageTimes> three{{1, 1, 1, 0}, {2, 1, 1, 1}, {1, 2, 1, 0}};
+  for (ScheduleKind kind : {ScheduleKind::gpipe, ScheduleKind::one_f_one_b, ScheduleKind::zb1}) {
+    const std::vector<LinkTimes> latency(2, LinkTimes{0, 0, 0.3});
+    CHECK(simulate_pipeline(kind, 6, three, latency).batch_seconds ==
+          Approx(simulate_pipeline(kind, 6, three, 0.3).batch_seconds));
+    // A wire slower than every stage's work per micro-batch sets the pace.
+    const double slow = simulate_pipeline(kind, 6, three, {LinkTimes{5, 0, 0}, LinkTimes{0, 0, 0}}).batch_seconds;
+    CHECK(slow >= 6 * 5);
+    CHECK(slow > simulate_pipeline(kind, 6, three).batch_seconds);
+  }
+}
+
 TEST_CASE("simulate_pipeline refuses what is not a pipeline", "[pipeline][simulate]") {
   CHECK_THROWS_WITH(simulate_pipeline(ScheduleKind::zb1, 4, {}), Catch::Contains("at least one stage"));
   CHECK_THROWS_WITH(simulate_pipeline(ScheduleKind::zb1, 0, {{1, 1, 1, 0}}), Catch::Contains("one micro-batch"));
   CHECK_THROWS_WITH(simulate_pipeline(ScheduleKind::gpipe, 2, {{1, -1, 1, 0}}), Catch::Contains("non-negative"));
   CHECK_THROWS_WITH(simulate_pipeline(ScheduleKind::gpipe, 2, {{1, 1, 1, 0}}, -1), Catch::Contains("non-negative"));
+  const std::vector<StageTimes> two{{1, 1, 1, 0}, {1, 1, 1, 0}};
+  CHECK_THROWS_WITH(simulate_pipeline(ScheduleKind::gpipe, 2, two, std::vector<LinkTimes>{}),
+                    Catch::Contains("2 stages need 1 links, got 0"));
+  CHECK_THROWS_WITH(simulate_pipeline(ScheduleKind::gpipe, 2, two, {LinkTimes{1, -1, 0}}),
+                    Catch::Contains("a link's times must be non-negative"));
 }
 
 TEST_CASE("balance_ranges minimises the largest stage", "[pipeline]") {
