@@ -73,8 +73,9 @@ bool in_flight_by_suffix(ScheduleKind kind);
 // splits its backward): (p - 1) / (M + p - 1) for GPipe and 1F1B; for ZB-H1
 // idle / (M + idle) with idle = (p - 1)(1 - 2w) + max(0, p - M) w, which is
 // (p - 1) / (3M + p - 1) with equal F, B, W and M >= p (the term in p - M:
-// too few W's to fill the drain). The planner's batch time is its bottleneck
-// stretched by it: bottleneck / (1 - bubble).
+// too few W's to fill the drain). The theory: the planner's batch time runs
+// the plan's own stage and link times (simulate_pipeline, simulate.h), which
+// for equal stages and free links is bottleneck / (1 - bubble).
 double bubble_fraction(ScheduleKind kind, int stages, int microbatches, double weight_share = 1.0 / 3);
 
 const char* action_name(ActionKind kind);

@@ -152,18 +152,14 @@ CostModel::CostModel(const ModelProfile& model, const Cluster& cluster, const Pl
       throw PlanError("a link names a device index outside the cluster");
     check_link(l, "link " + cluster.devices[key.first].name + " -> " + cluster.devices[key.second].name);
   }
-  link_alpha_.assign(static_cast<size_t>(d_) * d_, 0.0);
-  link_beta_.assign(static_cast<size_t>(d_) * d_, 0.0);
-  const double m = options.microbatches;
+  link_latency_.assign(static_cast<size_t>(d_) * d_, 0.0);
+  link_per_byte_.assign(static_cast<size_t>(d_) * d_, 0.0);
   for (int a = 0; a < d_; ++a)
     for (int b = 0; b < d_; ++b) {
       if (a == b) continue;
       const LinkProfile& ab = cluster.link(a, b);
-      const LinkProfile& ba = cluster.link(b, a);
-      const double enc_ab = encoding_factor(ab.encoding.value_or(options.encoding));
-      const double enc_ba = encoding_factor(ba.encoding.value_or(options.encoding));
-      link_alpha_[a * d_ + b] = m * (ab.latency_ms + ba.latency_ms) * 1e-3;
-      link_beta_[a * d_ + b] = enc_ab / (ab.mbps * 1e6 / 8) + enc_ba / (ba.mbps * 1e6 / 8);
+      link_latency_[a * d_ + b] = ab.latency_ms * 1e-3;
+      link_per_byte_[a * d_ + b] = encoding_factor(ab.encoding.value_or(options.encoding)) / (ab.mbps * 1e6 / 8);
     }
 
   std::vector<std::optional<Backend>> backends;
@@ -185,9 +181,46 @@ bool CostModel::recomputes(int device, int begin, int end, int in_flight) const 
 }
 
 double CostModel::transfer_seconds(int from, int to, int cut) const {
-  const double bytes = static_cast<double>(batch_) * static_cast<double>(model_->layers[cut - 1].out_act_bytes);
-  const size_t idx = static_cast<size_t>(from) * d_ + to;
-  return link_alpha_[idx] + bytes * link_beta_[idx];
+  const LinkTimes l = link_times(from, to, cut);
+  return microbatches_ * (l.activation + l.gradient);
+}
+
+LinkTimes CostModel::link_times(int from, int to, int cut) const {
+  const double bytes = static_cast<double>(batch_) / microbatches_ * static_cast<double>(model_->layers[cut - 1].out_act_bytes);
+  const size_t there = static_cast<size_t>(from) * d_ + to, back = static_cast<size_t>(to) * d_ + from;
+  // The planner's link model: every message pays the latency on its link.
+  return {link_latency_[there] + bytes * link_per_byte_[there], link_latency_[back] + bytes * link_per_byte_[back], 0.0};
+}
+
+StageTimes CostModel::stage_times(int device, int begin, int end, int in_flight) const {
+  const double samples = static_cast<double>(batch_) / microbatches_;
+  const std::vector<double>& all = prefix_seconds_[device];
+  const std::vector<double>& fixed = prefix_fixed_[device];
+  StageTimes t;
+  t.forward = samples * (prefix_forward_[device][end] - prefix_forward_[device][begin]) +
+              (prefix_forward_fixed_[device][end] - prefix_forward_fixed_[device][begin]);
+  t.backward_weight = samples * (prefix_weight_[device][end] - prefix_weight_[device][begin]);
+  const double pass = samples * (all[end] - all[begin]) + (fixed[end] - fixed[begin]);
+  t.backward_input = std::max(0.0, pass - t.forward - t.backward_weight);
+  if (recomputes(device, begin, end, in_flight)) t.backward_input += t.forward;
+  t.optimizer = prefix_update_[device][end] - prefix_update_[device][begin];
+  return t;
+}
+
+double CostModel::pipeline_seconds(const std::vector<int>& devices, const std::vector<int>& cuts) const {
+  const int p = static_cast<int>(devices.size());
+  std::vector<StageTimes> stages;
+  std::vector<LinkTimes> links;
+  double busiest_link = 0;
+  for (int s = 0; s < p; ++s) {
+    stages.push_back(stage_times(devices[s], cuts[s], cuts[s + 1], in_flight(p, s)));
+    if (s + 1 < p) {
+      links.push_back(link_times(devices[s], devices[s + 1], cuts[s + 1]));
+      busiest_link = std::max(busiest_link, transfer_seconds(devices[s], devices[s + 1], cuts[s + 1]));
+    }
+  }
+  return std::max(simulate_pipeline(options_.schedule, options_.microbatches, stages, links).batch_seconds,
+                  busiest_link);
 }
 
 double CostModel::transfer_bytes(int from, int to, int cut) const {
@@ -262,7 +295,7 @@ Plan evaluate_plan(const CostModel& cost, const std::vector<int>& devices, const
   out.bottleneck_seconds = bottleneck;
   // ZB-H1's bubble depends on how much of the stages' time their W's take.
   out.weight_share = compute_seconds > 0 ? weight_seconds / compute_seconds : 0.0;
-  out.batch_seconds = cost.batch_seconds(bottleneck, p, out.weight_share);
+  out.batch_seconds = std::max(bottleneck, cost.pipeline_seconds(devices, cuts));
   out.samples_per_second = out.batch_seconds > 0 ? static_cast<double>(cost.options().batch) / out.batch_seconds : kInf;
   return out;
 }

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "core/pipeline/schedule.h"
+#include "core/pipeline/simulate.h"
 #include "core/planner/memory_model.h"
 #include "core/planner/profile.h"
 
@@ -90,16 +91,26 @@ class CostModel {
   // Micro-batches stage `stage` of `num_stages` keeps in flight:
   // max_in_flight(schedule, stage, num_stages, M) (core/pipeline/schedule.h).
   int in_flight(int num_stages, int stage) const;
-  // Fraction of a batch's time a stage of a `num_stages`-stage pipeline idles
-  // when `weight_share` of the stages' time goes to W (ZB-H1; 1/3: F, B and W
-  // take equal times): bubble_fraction(schedule, num_stages, M, weight_share)
-  // (core/pipeline/schedule.h).
+  // Fraction of a batch's time a stage of a `num_stages`-stage pipeline of
+  // equal stages idles when `weight_share` of the stages' time goes to W (ZB-H1;
+  // 1/3: F, B and W take equal times): bubble_fraction(schedule, num_stages, M,
+  // weight_share) (core/pipeline/schedule.h). The theory; a plan's predicted
+  // batch runs its own stages' times (pipeline_seconds).
   double bubble(int num_stages, double weight_share = 1.0 / 3) const;
-  // The predicted time of a batch whose slowest stage or cut takes
-  // `bottleneck` seconds, on `num_stages` stages: bottleneck / (1 - bubble).
-  double batch_seconds(double bottleneck, int num_stages, double weight_share = 1.0 / 3) const {
-    return bottleneck / (1 - bubble(num_stages, weight_share));
-  }
+  // One micro-batch's forward, input gradient (B, with the recomputed forward
+  // where the stage recomputes) and weight gradient (W), and the batch's
+  // optimizer step, of the stage [begin, end) on `device`: M times the passes
+  // plus the step is stage_seconds().
+  StageTimes stage_times(int device, int begin, int end, int in_flight) const;
+  // The link of the cut before layer `cut` from the stage on `from` to the one
+  // on `to`, per micro-batch's message: each direction's latency plus its bytes
+  // over its bandwidth (M activations and M gradients of them: transfer_seconds()).
+  LinkTimes link_times(int from, int to, int cut) const;
+  // The predicted time of a batch over stages `devices[s]` with layers
+  // [cuts[s], cuts[s + 1]): the schedule's action lists run with each stage's
+  // and link's own times (simulate_pipeline, core/pipeline/simulate.h), or the
+  // busiest link's transfer_seconds when that is longer.
+  double pipeline_seconds(const std::vector<int>& devices, const std::vector<int>& cuts) const;
   // The W (weight-gradient) part of compute_seconds(device, begin, end): the
   // layers that split their backward (LayerProfile::weight_grad_flops), by
   // their share of each layer's measured time (or of its FLOPs).
@@ -149,7 +160,7 @@ class CostModel {
   std::vector<MemoryModel> stage_models_;  // one per distinct backend among the devices
   std::vector<int> device_model_;          // [device]: its model in stage_models_
   std::vector<int64_t> memory_;
-  std::vector<double> link_alpha_, link_beta_;  // [from * d + to]: M * latency, seconds per byte (both incl. encoding)
+  std::vector<double> link_latency_, link_per_byte_;  // [from * d + to]: seconds per message, per byte (encoded)
 };
 
 struct StagePlan {
@@ -176,7 +187,7 @@ struct Plan {
   std::vector<StagePlan> stages;
   std::vector<std::string> unused_devices;
   double bottleneck_seconds = 0;      // max over stages and cuts, per batch
-  double batch_seconds = 0;           // CostModel::batch_seconds: bottleneck / (1 - bubble), e.g. (M + p - 1) / M * bottleneck (gpipe, 1f1b)
+  double batch_seconds = 0;           // CostModel::pipeline_seconds (>= bottleneck): e.g. (M + p - 1) / M * bottleneck for equal gpipe / 1f1b stages and free links
   double weight_share = 0;            // of the stages' compute, what their W's take (ZB-H1's bubble depends on it)
   double samples_per_second = 0;      // B / batch_seconds
   int search_runs = 0;                // exact feasibility passes the search made

@@ -174,7 +174,9 @@ TEST_CASE("cleave plan places a model on a devices file within each device's mem
   REQUIRE(single.at("stages").size() == 1);
   CHECK(single.at("stages")[0].at("device") == "big");
 
-  // --schedule zb1: the plan says so and predicts less bubble than 1F1B for the same stages.
+  // --schedule zb1: the plan says so and predicts no more bubble than 1F1B for
+  // the same stages (here none: the light last stage returns each gradient
+  // before the heavy first one needs it, so both run at the bottleneck).
   const std::string zb = dir.file("zb1.json");
   REQUIRE(run_cleave("plan --model '" + kMlp + "' --devices '" + devices + "' --microbatches 2 --schedule zb1 --json '" +
                      zb + "'")
@@ -183,7 +185,8 @@ TEST_CASE("cleave plan places a model on a devices file within each device's mem
   CHECK(zplan.at("schedule") == "zb1");
   check_plan_stages(zplan, num_layers(kMlp), {"small", "big"});
   REQUIRE(zplan.at("stages").size() == plan.at("stages").size());
-  CHECK(zplan.at("predicted_batch_seconds").get<double>() < plan.at("predicted_batch_seconds").get<double>());
+  CHECK(zplan.at("predicted_batch_seconds").get<double>() <= plan.at("predicted_batch_seconds").get<double>() * (1 + 1e-9));
+  CHECK(zplan.at("predicted_batch_seconds").get<double>() >= zplan.at("bottleneck_seconds").get<double>());
   // --recompute all: every stage recomputes its activations, in the JSON and the table.
   const std::string recomputed = dir.file("recomputed.json");
   const RunResult rc = run_cleave("plan --model '" + kMlp + "' --devices '" + devices +
