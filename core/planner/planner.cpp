@@ -193,17 +193,15 @@ LinkTimes CostModel::link_times(int from, int to, int cut) const {
 }
 
 StageTimes CostModel::stage_times(int device, int begin, int end, int in_flight) const {
-  const double samples = static_cast<double>(batch_) / microbatches_;
-  const std::vector<double>& all = prefix_seconds_[device];
-  const std::vector<double>& fixed = prefix_fixed_[device];
   StageTimes t;
-  t.forward = samples * (prefix_forward_[device][end] - prefix_forward_[device][begin]) +
-              (prefix_forward_fixed_[device][end] - prefix_forward_fixed_[device][begin]);
-  t.backward_weight = samples * (prefix_weight_[device][end] - prefix_weight_[device][begin]);
-  const double pass = samples * (all[end] - all[begin]) + (fixed[end] - fixed[begin]);
+  t.optimizer = prefix_update_[device][end] - prefix_update_[device][begin];
+  // compute_seconds, recompute_seconds (the forward) and weight_seconds are
+  // per batch of M micro-batches; the optimizer step is once per batch.
+  t.forward = recompute_seconds(device, begin, end) / microbatches_;
+  t.backward_weight = weight_seconds(device, begin, end) / microbatches_;
+  const double pass = (compute_seconds(device, begin, end) - t.optimizer) / microbatches_;
   t.backward_input = std::max(0.0, pass - t.forward - t.backward_weight);
   if (recomputes(device, begin, end, in_flight)) t.backward_input += t.forward;
-  t.optimizer = prefix_update_[device][end] - prefix_update_[device][begin];
   return t;
 }
 
@@ -211,16 +209,11 @@ double CostModel::pipeline_seconds(const std::vector<int>& devices, const std::v
   const int p = static_cast<int>(devices.size());
   std::vector<StageTimes> stages;
   std::vector<LinkTimes> links;
-  double busiest_link = 0;
   for (int s = 0; s < p; ++s) {
     stages.push_back(stage_times(devices[s], cuts[s], cuts[s + 1], in_flight(p, s)));
-    if (s + 1 < p) {
-      links.push_back(link_times(devices[s], devices[s + 1], cuts[s + 1]));
-      busiest_link = std::max(busiest_link, transfer_seconds(devices[s], devices[s + 1], cuts[s + 1]));
-    }
+    if (s + 1 < p) links.push_back(link_times(devices[s], devices[s + 1], cuts[s + 1]));
   }
-  return std::max(simulate_pipeline(options_.schedule, options_.microbatches, stages, links).batch_seconds,
-                  busiest_link);
+  return simulate_pipeline(options_.schedule, options_.microbatches, stages, links).batch_seconds;
 }
 
 double CostModel::transfer_bytes(int from, int to, int cut) const {
@@ -295,6 +288,8 @@ Plan evaluate_plan(const CostModel& cost, const std::vector<int>& devices, const
   out.bottleneck_seconds = bottleneck;
   // ZB-H1's bubble depends on how much of the stages' time their W's take.
   out.weight_share = compute_seconds > 0 ? weight_seconds / compute_seconds : 0.0;
+  // The simulation queues each direction of a cut on its own; the bottleneck
+  // holds the planner's half-duplex view of a busy cut (both directions).
   out.batch_seconds = std::max(bottleneck, cost.pipeline_seconds(devices, cuts));
   out.samples_per_second = out.batch_seconds > 0 ? static_cast<double>(cost.options().batch) / out.batch_seconds : kInf;
   return out;

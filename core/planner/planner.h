@@ -106,10 +106,10 @@ class CostModel {
   // on `to`, per micro-batch's message: each direction's latency plus its bytes
   // over its bandwidth (M activations and M gradients of them: transfer_seconds()).
   LinkTimes link_times(int from, int to, int cut) const;
-  // The predicted time of a batch over stages `devices[s]` with layers
-  // [cuts[s], cuts[s + 1]): the schedule's action lists run with each stage's
-  // and link's own times (simulate_pipeline, core/pipeline/simulate.h), or the
-  // busiest link's transfer_seconds when that is longer.
+  // The time of a batch over stages `devices[s]` with layers [cuts[s],
+  // cuts[s + 1]) when the schedule's action lists run with each stage's and
+  // link's own times (simulate_pipeline, core/pipeline/simulate.h). A plan's
+  // prediction is this or its bottleneck, whichever is longer (evaluate_plan).
   double pipeline_seconds(const std::vector<int>& devices, const std::vector<int>& cuts) const;
   // The W (weight-gradient) part of compute_seconds(device, begin, end): the
   // layers that split their backward (LayerProfile::weight_grad_flops), by
@@ -187,7 +187,7 @@ struct Plan {
   std::vector<StagePlan> stages;
   std::vector<std::string> unused_devices;
   double bottleneck_seconds = 0;      // max over stages and cuts, per batch
-  double batch_seconds = 0;           // CostModel::pipeline_seconds (>= bottleneck): e.g. (M + p - 1) / M * bottleneck for equal gpipe / 1f1b stages and free links
+  double batch_seconds = 0;           // max(bottleneck, CostModel::pipeline_seconds): e.g. (M + p - 1) / M * bottleneck for equal gpipe / 1f1b stages and free links
   double weight_share = 0;            // of the stages' compute, what their W's take (ZB-H1's bubble depends on it)
   double samples_per_second = 0;      // B / batch_seconds
   int search_runs = 0;                // exact feasibility passes the search made
