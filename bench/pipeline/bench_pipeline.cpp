@@ -759,11 +759,13 @@ void print_rows(const std::vector<Row>& rows) {
     if (!r.prediction.is_null()) {
       // Each stage's compute per batch, measured over predicted: a wrong layer
       // profile shows here, a wrong bubble only in the batch time.
-      std::string stages;
+      std::string stages, link_cpu;
       for (const auto& st : r.prediction.value("stages", json::array())) {
         char v[16];
         std::snprintf(v, sizeof v, "%s%.2f", stages.empty() ? "" : "/", st.value("measured_over_predicted", 0.0));
         stages += v;
+        std::snprintf(v, sizeof v, "%s%.1f", link_cpu.empty() ? "" : "/", 1000 * st.value("link_cpu_seconds", 0.0));
+        link_cpu += v;
       }
       std::string contention;
       for (const auto& c : r.prediction.value("host_contention", json::array())) {
@@ -772,11 +774,11 @@ void print_rows(const std::vector<Row>& rows) {
         contention += c.is_number() ? v : (contention.empty() ? "-" : "/-");
       }
       std::printf("%-8s %-20s planner: %zu stage(s), predicted %.1f ms/batch, measured %.1f ms/batch "
-                  "(measured/predicted %.2f; stage compute %s; host contention %s)\n",
+                  "(measured/predicted %.2f; stage compute %s; host contention %s; links' CPU %s ms)\n",
                   r.model.c_str(), r.setup.c_str(), r.plan.size(), 1000 * r.prediction.value("batch_seconds", 0.0),
                   1000 * r.prediction.value("measured_batch_seconds", 0.0),
                   r.prediction.value("measured_over_predicted", 0.0), stages.empty() ? "-" : stages.c_str(),
-                  contention.empty() ? "-" : contention.c_str());
+                  contention.empty() ? "-" : contention.c_str(), link_cpu.empty() ? "-" : link_cpu.c_str());
     }
   print_memory(rows);
   print_split_per_step(rows);

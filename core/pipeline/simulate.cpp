@@ -45,6 +45,13 @@ struct Run {
     return free + latency;
   }
 
+  // Stage s sends over `link`, paying `cpu` of it, in a direction whose wire
+  // is free at `free` and takes `wire` seconds a message: when it arrives.
+  double send(int s, const LinkTimes& link, double cpu, double& free, double wire) {
+    clock[s] += cpu;
+    return cross(clock[s], free, std::max(0.0, wire - link.cpu_before - link.cpu_after), link.latency);
+  }
+
   // Runs stage s's next action if its input is there; false when it must wait.
   bool step(int s) {
     const size_t per_batch = actions[s].size();
@@ -52,28 +59,29 @@ struct Run {
     const Action& a = actions[s][next[s] % per_batch];
     const StageTimes& st = t[s];
     const auto mb = static_cast<size_t>(std::max(a.microbatch, 0));
-    auto wait_for = [&](const Arrivals& from) {
+    auto wait_for = [&](const Arrivals& from, double cpu) {
       const double at = from[b][s][mb];
       if (at < 0) return false;
-      clock[s] = std::max(clock[s], at);
+      clock[s] = std::max(clock[s], at) + cpu;
       return true;
     };
     switch (a.kind) {
       case ActionKind::receive_activation:
-        if (s > 0 && !wait_for(activation)) return false;
+        if (s > 0 && !wait_for(activation, links[s - 1].cpu_after)) return false;
         break;
       case ActionKind::receive_gradient:
-        if (s + 1 < p && !wait_for(gradient)) return false;
+        if (s + 1 < p && !wait_for(gradient, links[s].cpu_before)) return false;
         break;
       case ActionKind::forward: clock[s] += st.forward; break;
       case ActionKind::backward: clock[s] += st.backward_input + st.backward_weight; break;
       case ActionKind::backward_input: clock[s] += st.backward_input; break;
       case ActionKind::backward_weight: clock[s] += st.backward_weight; break;
       case ActionKind::send_activation:
-        activation[b][s + 1][mb] = cross(clock[s], activation_free[s], links[s].activation, links[s].latency);
+        activation[b][s + 1][mb] = send(s, links[s], links[s].cpu_before, activation_free[s], links[s].activation);
         break;
       case ActionKind::send_gradient:
-        gradient[b][s - 1][mb] = cross(clock[s], gradient_free[s - 1], links[s - 1].gradient, links[s - 1].latency);
+        gradient[b][s - 1][mb] =
+            send(s, links[s - 1], links[s - 1].cpu_after, gradient_free[s - 1], links[s - 1].gradient);
         break;
       case ActionKind::optimizer_step:
         clock[s] += st.optimizer;
@@ -111,7 +119,7 @@ void check(int microbatches, const std::vector<StageTimes>& stages, const std::v
     throw std::invalid_argument("simulate_pipeline: " + std::to_string(stages.size()) + " stages need " +
                                 std::to_string(stages.size() - 1) + " links, got " + std::to_string(links.size()));
   for (const LinkTimes& l : links)
-    if (!(l.activation >= 0 && l.gradient >= 0 && l.latency >= 0))
+    if (!(l.activation >= 0 && l.gradient >= 0 && l.latency >= 0 && l.cpu_before >= 0 && l.cpu_after >= 0))
       throw std::invalid_argument("simulate_pipeline: a link's times must be non-negative");
 }
 

@@ -33,10 +33,24 @@ struct StageTimes {
 // message waits for the one before it): it holds the wire for `activation`
 // (s -> s + 1) or `gradient` (s + 1 -> s) seconds and arrives `latency` after
 // it leaves the wire. The two directions do not wait for each other.
+//
+// `cpu_before` and `cpu_after` are the parts of a message's wire time that
+// the stage before the cut (s) and the one after it (s + 1) pay out of their
+// own compute, per message they send or receive over it: where a machine's
+// cores are all taken by the stages computing on it, the link threads that
+// encrypt a message on the way out and decrypt it on the way in take their
+// core from a stage. A send costs the sender its part before the message goes
+// on the wire, which it then holds for the rest (activation or gradient less
+// both parts); a receive costs the receiver its part after the message
+// arrives (when it arrived while the stage computed, the decryption took the
+// stage's core then). A message the receiver waits for still arrives
+// activation (or gradient) plus latency after its send.
 struct LinkTimes {
   double activation = 0;
   double gradient = 0;
   double latency = 0;
+  double cpu_before = 0;
+  double cpu_after = 0;
 };
 
 struct SimulatedPipeline {

@@ -71,6 +71,7 @@ json to_json(const Plan& plan, const ModelProfile& model) {
               {"compute_seconds", st.compute_seconds},
               {"transfer_seconds", st.transfer_seconds},
               {"transfer_bytes", st.transfer_bytes},
+              {"link_cpu_seconds", st.link_cpu_seconds},
               {"bottleneck", st.bottleneck},
               {"bottleneck_kind", st.bottleneck ? json(st.bottleneck_kind) : json(nullptr)}};
     if (s + 1 < plan.stages.size()) j["next_device"] = plan.stages[s + 1].device_name;
@@ -144,6 +145,13 @@ std::string format_plan_table(const Plan& plan, const ModelProfile& model) {
       << o.microbatches << " micro-batches of " << plan.microbatch_size
       << (o.microbatches_auto ? " (--microbatches auto)" : "") << ", " << plan.stages.size()
       << " stage" << (plan.stages.size() == 1 ? "" : "s") << "); " << buf << " samples/s\n";
+  std::string link_cpu;
+  for (size_t s = 0; s < plan.stages.size(); ++s)
+    if (plan.stages[s].link_cpu_seconds > 0)
+      link_cpu += (link_cpu.empty() ? "" : ", ") + std::string("stage ") + std::to_string(s) + " " +
+                  format_seconds(plan.stages[s].link_cpu_seconds);
+  if (!link_cpu.empty())
+    out << "links' CPU on cores the stages compute on, per batch (in the batch time): " << link_cpu << "\n";
   if (plan.shared_host_slowdown > 1) {
     std::snprintf(buf, sizeof buf, "%.2f", plan.shared_host_slowdown);
     out << "devices sharing a machine's cores: their compute counted " << buf << "x slower for this stage count\n";

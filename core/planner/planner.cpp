@@ -78,6 +78,37 @@ void check_link(const LinkProfile& l, const std::string& what) {
     throw PlanError(what + ": latency must be >= 0 ms, got " + std::to_string(l.latency_ms));
 }
 
+// The machines that devices share (DeviceProfile::host): how many of the
+// cluster's devices compute on each, with how many threads, on how many cores.
+struct Host {
+  int devices = 0;
+  double threads = 0, cores = 0;
+};
+
+std::map<std::string, Host> shared_hosts(const Cluster& cluster) {
+  std::map<std::string, Host> hosts;
+  for (const DeviceProfile& d : cluster.devices) {
+    if (d.host.empty() || d.cpu_threads <= 0 || d.host_cores <= 0) continue;
+    Host& h = hosts[d.host];
+    ++h.devices;
+    h.threads += d.cpu_threads;
+    h.cores = std::max(h.cores, d.host_cores);
+  }
+  return hosts;
+}
+
+// Per device: whether it shares a machine whose devices' compute threads take
+// all its cores, so that its link threads take their core from a stage's compute.
+std::vector<bool> cores_taken(const Cluster& cluster) {
+  const std::map<std::string, Host> hosts = shared_hosts(cluster);
+  std::vector<bool> out;
+  for (const DeviceProfile& d : cluster.devices) {
+    auto it = hosts.find(d.host);
+    out.push_back(it != hosts.end() && it->second.devices >= 2 && it->second.threads >= it->second.cores);
+  }
+  return out;
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------
@@ -154,12 +185,15 @@ CostModel::CostModel(const ModelProfile& model, const Cluster& cluster, const Pl
   }
   link_latency_.assign(static_cast<size_t>(d_) * d_, 0.0);
   link_per_byte_.assign(static_cast<size_t>(d_) * d_, 0.0);
+  link_cpu_share_.assign(static_cast<size_t>(d_) * d_, 0.0);
+  const std::vector<bool> busy = cores_taken(cluster);
   for (int a = 0; a < d_; ++a)
     for (int b = 0; b < d_; ++b) {
       if (a == b) continue;
       const LinkProfile& ab = cluster.link(a, b);
       link_latency_[a * d_ + b] = ab.latency_ms * 1e-3;
       link_per_byte_[a * d_ + b] = encoding_factor(ab.encoding.value_or(options.encoding)) / (ab.mbps * 1e6 / 8);
+      if (busy[a] && busy[b] && cluster.devices[a].host == cluster.devices[b].host) link_cpu_share_[a * d_ + b] = 0.5;
     }
 
   std::vector<std::optional<Backend>> backends;
@@ -189,7 +223,9 @@ LinkTimes CostModel::link_times(int from, int to, int cut) const {
   const double bytes = static_cast<double>(batch_) / microbatches_ * static_cast<double>(model_->layers[cut - 1].out_act_bytes);
   const size_t there = static_cast<size_t>(from) * d_ + to, back = static_cast<size_t>(to) * d_ + from;
   // The planner's link model: every message pays the latency on its link.
-  return {link_latency_[there] + bytes * link_per_byte_[there], link_latency_[back] + bytes * link_per_byte_[back], 0.0};
+  const double cpu = link_cpu_share_[there] * bytes * std::min(link_per_byte_[there], link_per_byte_[back]);
+  return {link_latency_[there] + bytes * link_per_byte_[there], link_latency_[back] + bytes * link_per_byte_[back], 0.0,
+          cpu, cpu};
 }
 
 StageTimes CostModel::stage_times(int device, int begin, int end, int in_flight) const {
@@ -205,15 +241,38 @@ StageTimes CostModel::stage_times(int device, int begin, int end, int in_flight)
   return t;
 }
 
-double CostModel::pipeline_seconds(const std::vector<int>& devices, const std::vector<int>& cuts) const {
+std::vector<LinkTimes> CostModel::pipeline_links(const std::vector<int>& devices, const std::vector<int>& cuts) const {
   const int p = static_cast<int>(devices.size());
   std::vector<StageTimes> stages;
-  std::vector<LinkTimes> links;
+  std::vector<LinkTimes> links, free_cpu;
   for (int s = 0; s < p; ++s) {
     stages.push_back(stage_times(devices[s], cuts[s], cuts[s + 1], in_flight(p, s)));
     if (s + 1 < p) links.push_back(link_times(devices[s], devices[s + 1], cuts[s + 1]));
   }
-  return simulate_pipeline(options_.schedule, options_.microbatches, stages, links).batch_seconds;
+  bool cpu = false;
+  free_cpu = links;
+  for (LinkTimes& l : free_cpu) {
+    cpu = cpu || l.cpu_before > 0 || l.cpu_after > 0;
+    l.cpu_before = l.cpu_after = 0;
+  }
+  if (!cpu) return links;
+  // A link thread takes a stage's core only while the other stage of the cut
+  // computes too (else the idle core runs it): each end's part is scaled by
+  // how busy the other end is when the links' CPU is free.
+  const SimulatedPipeline first = simulate_pipeline(options_.schedule, options_.microbatches, stages, free_cpu);
+  auto busy = [&](int s) { return first.batch_seconds > 0 ? std::min(1.0, first.busy_seconds[s] / first.batch_seconds) : 1.0; };
+  for (int s = 0; s + 1 < p; ++s) {
+    links[s].cpu_before *= busy(s + 1);
+    links[s].cpu_after *= busy(s);
+  }
+  return links;
+}
+
+double CostModel::pipeline_seconds(const std::vector<int>& devices, const std::vector<int>& cuts) const {
+  std::vector<StageTimes> stages;
+  for (size_t s = 0; s + 1 < cuts.size(); ++s)
+    stages.push_back(stage_times(devices[s], cuts[s], cuts[s + 1], in_flight(static_cast<int>(devices.size()), s)));
+  return simulate_pipeline(options_.schedule, options_.microbatches, stages, pipeline_links(devices, cuts)).batch_seconds;
 }
 
 double CostModel::transfer_bytes(int from, int to, int cut) const {
@@ -251,6 +310,7 @@ Plan evaluate_plan(const CostModel& cost, const std::vector<int>& devices, const
   out.options = cost.options();
   out.microbatch_size = cost.microbatch_size();
   double bottleneck = 0, weight_seconds = 0, compute_seconds = 0;
+  const std::vector<LinkTimes> links = cost.pipeline_links(devices, cuts);
   for (int s = 0; s < p; ++s) {
     StagePlan st;
     st.device = devices[s];
@@ -269,6 +329,10 @@ Plan evaluate_plan(const CostModel& cost, const std::vector<int>& devices, const
       st.transfer_seconds = cost.transfer_seconds(st.device, devices[s + 1], st.end);
       st.transfer_bytes = cost.transfer_bytes(st.device, devices[s + 1], st.end);
     }
+    // Each micro-batch sends one message and receives one over each of its cuts.
+    const int m = cost.options().microbatches;
+    if (s + 1 < p) st.link_cpu_seconds += 2 * m * links[s].cpu_before;
+    if (s > 0) st.link_cpu_seconds += 2 * m * links[s - 1].cpu_after;
     bottleneck = std::max({bottleneck, st.compute_seconds, st.transfer_seconds});
     weight_seconds += cost.weight_seconds(st.device, st.begin, st.end);
     compute_seconds += st.compute_seconds;
@@ -296,18 +360,7 @@ Plan evaluate_plan(const CostModel& cost, const std::vector<int>& devices, const
 }
 
 Plan plan_shared_hosts(const ModelProfile& model, const Cluster& cluster, const PlanOptions& options) {
-  struct Host {
-    int devices = 0;
-    double threads = 0, cores = 0;
-  };
-  std::map<std::string, Host> hosts;
-  for (const DeviceProfile& d : cluster.devices) {
-    if (d.host.empty() || d.cpu_threads <= 0 || d.host_cores <= 0) continue;
-    Host& h = hosts[d.host];
-    ++h.devices;
-    h.threads += d.cpu_threads;
-    h.cores = std::max(h.cores, d.host_cores);
-  }
+  const std::map<std::string, Host> hosts = shared_hosts(cluster);
   // More threads than cores share the cores out; devices that fit the cores
   // still slow each other down by their measured host_contention.
   auto slowdown = [&](const DeviceProfile& d, int p) {

@@ -105,10 +105,21 @@ class CostModel {
   // The link of the cut before layer `cut` from the stage on `from` to the one
   // on `to`, per micro-batch's message: each direction's latency plus its bytes
   // over its bandwidth (M activations and M gradients of them: transfer_seconds()).
+  // Between two devices of one machine whose devices' compute threads take all
+  // its cores (DeviceProfile::host), the wire is the two ends' CPU (the link
+  // threads copy, encrypt and decrypt on the cores the stages compute on): half
+  // of a message's wire time (its bytes over the bandwidth) is the most each
+  // end pays, cpu_before and cpu_after (pipeline_links scales them).
   LinkTimes link_times(int from, int to, int cut) const;
+  // The links of the stages `devices[s]` with layers [cuts[s], cuts[s + 1]) as
+  // their batch runs them: link_times, with each end's `cpu` scaled by how busy
+  // the stage at the other end is (its compute over the batch time when the
+  // links' CPU costs nothing): a link thread takes a stage's core only while
+  // the other core computes too, else the idle core runs it.
+  std::vector<LinkTimes> pipeline_links(const std::vector<int>& devices, const std::vector<int>& cuts) const;
   // The time of a batch over stages `devices[s]` with layers [cuts[s],
   // cuts[s + 1]) when the schedule's action lists run with each stage's and
-  // link's own times (simulate_pipeline, core/pipeline/simulate.h). A plan's
+  // link's own times (pipeline_links; simulate_pipeline, core/pipeline/simulate.h). A plan's
   // prediction is this or its bottleneck, whichever is longer (evaluate_plan).
   double pipeline_seconds(const std::vector<int>& devices, const std::vector<int>& cuts) const;
   // The W (weight-gradient) part of compute_seconds(device, begin, end): the
@@ -161,6 +172,7 @@ class CostModel {
   std::vector<int> device_model_;          // [device]: its model in stage_models_
   std::vector<int64_t> memory_;
   std::vector<double> link_latency_, link_per_byte_;  // [from * d + to]: seconds per message, per byte (encoded)
+  std::vector<double> link_cpu_share_;  // [from * d + to]: of a message's wire time, what each end pays in compute
 };
 
 struct StagePlan {
@@ -177,6 +189,7 @@ struct StagePlan {
   double compute_seconds = 0;    // per batch, with the recomputed forward where the stage recomputes
   double transfer_seconds = 0;   // per batch, the cut after this stage (0 for the last)
   double transfer_bytes = 0;     // per batch, one direction, encoded (0 for the last)
+  double link_cpu_seconds = 0;   // per batch, the links' CPU this stage pays out of its compute (LinkTimes::cpu)
   bool bottleneck = false;       // this stage's compute or outgoing transfer is the bottleneck
   std::string bottleneck_kind;   // "compute" | "transfer" | "" when not the bottleneck
 };

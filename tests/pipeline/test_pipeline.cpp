@@ -281,6 +281,36 @@ TEST_CASE("simulate_pipeline: a link carries one message at a time in each direc
   }
 }
 
+TEST_CASE("simulate_pipeline: a link's CPU costs a stage what it pays while it computes", "[pipeline][simulate]") {
+  const std::vector<StageTimes> equal{{1, 1, 0, 0}, {1, 1, 0, 0}};
+  const LinkTimes wire{0.5, 0.5, 0.1};
+  LinkTimes cpu = wire;
+  cpu.cpu_before = cpu.cpu_after = 0.25;  // the whole wire time is the two ends' CPU
+  for (ScheduleKind kind : {ScheduleKind::gpipe, ScheduleKind::one_f_one_b, ScheduleKind::zb1}) {
+    // One micro-batch: every message is waited for, and still arrives wire +
+    // latency after its send, so nothing changes.
+    CHECK(simulate_pipeline(kind, 1, equal, {cpu}).batch_seconds ==
+          Approx(simulate_pipeline(kind, 1, equal, {wire}).batch_seconds));
+    // Four: a stage pays for each send, and for each receive that arrives while
+    // it computes; never more than both stages' CPU together.
+    const double free = simulate_pipeline(kind, 4, equal, {wire}).batch_seconds;
+    const double paid = simulate_pipeline(kind, 4, equal, {cpu}).batch_seconds;
+    CHECK(paid > free);
+    CHECK(paid <= free + 2 * (2 * 4 * 0.25) + 1e-12);
+  }
+  // GPipe's first stage sends its four activations while it computes: it pays
+  // each send before its next forward, and the batch ends at least those four
+  // parts later.
+  CHECK(simulate_pipeline(ScheduleKind::gpipe, 4, equal, {cpu}).batch_seconds >=
+        simulate_pipeline(ScheduleKind::gpipe, 4, equal, {wire}).batch_seconds + 4 * 0.25);
+  // The sender's part alone: stage 0 pays it after each forward, before its
+  // activation leaves, and its backwards start that much later.
+  LinkTimes sender = wire;
+  sender.cpu_before = 0.25;
+  CHECK(simulate_pipeline(ScheduleKind::gpipe, 4, equal, {sender}).batch_seconds >
+        simulate_pipeline(ScheduleKind::gpipe, 4, equal, {wire}).batch_seconds);
+}
+
 TEST_CASE("simulate_pipeline refuses what is not a pipeline", "[pipeline][simulate]") {
   CHECK_THROWS_WITH(simulate_pipeline(ScheduleKind::zb1, 4, {}), Catch::Contains("at least one stage"));
   CHECK_THROWS_WITH(simulate_pipeline(ScheduleKind::zb1, 0, {{1, 1, 1, 0}}), Catch::Contains("one micro-batch"));
@@ -290,6 +320,8 @@ TEST_CASE("simulate_pipeline refuses what is not a pipeline", "[pipeline][simula
   CHECK_THROWS_WITH(simulate_pipeline(ScheduleKind::gpipe, 2, two, std::vector<LinkTimes>{}),
                     Catch::Contains("2 stages need 1 links, got 0"));
   CHECK_THROWS_WITH(simulate_pipeline(ScheduleKind::gpipe, 2, two, {LinkTimes{1, -1, 0}}),
+                    Catch::Contains("a link's times must be non-negative"));
+  CHECK_THROWS_WITH(simulate_pipeline(ScheduleKind::gpipe, 2, two, {LinkTimes{1, 1, 0, -0.5, 0}}),
                     Catch::Contains("a link's times must be non-negative"));
 }
 

@@ -532,6 +532,52 @@ TEST_CASE("devices sharing a machine's cores are planned with their contention",
   CHECK(plan_shared_hosts(m, c, PlanOptions{}).stages.size() == 3);
 }
 
+TEST_CASE("links between devices of a machine whose cores the stages take cost the stages their CPU", "[planner]") {
+  const ModelProfile m = test::uniform_model(12);
+  Cluster c = equal_devices(2);
+  c.default_link = {100, 0, std::nullopt};  // a slow loopback: the wire is CPU
+  for (auto& d : c.devices) {
+    d.host = "box";
+    d.host_cores = 2;
+    d.cpu_threads = 1;
+  }
+  PlanOptions o;
+  o.microbatches = 8;
+  const Plan taken = plan_shared_hosts(m, c, o);
+  REQUIRE(taken.stages.size() == 2);
+  const int cut = taken.stages[0].end;
+  // Each end pays at most half of a message's wire time per message, one
+  // sent and one received per micro-batch; scaled by how busy the other end is.
+  const CostModel cost(m, c, o);
+  const LinkTimes link = cost.link_times(taken.stages[0].device, taken.stages[1].device, cut);
+  CHECK(link.cpu_before == Approx(link.activation / 2));
+  CHECK(link.cpu_after == Approx(link.gradient / 2));
+  double paid = 0;
+  for (const StagePlan& st : taken.stages) {
+    CHECK(st.link_cpu_seconds > 0);
+    CHECK(st.link_cpu_seconds <= 2 * o.microbatches * link.cpu_before + 1e-15);
+    paid += st.link_cpu_seconds;
+  }
+  CHECK(to_json(taken, m)["stages"][1]["link_cpu_seconds"].get<double>() == taken.stages[1].link_cpu_seconds);
+  // Two more cores: the link threads have their own, the same cut costs nothing more.
+  for (auto& d : c.devices) d.host_cores = 4;
+  const Plan spare = plan_shared_hosts(m, c, o);
+  REQUIRE(spare.stages.size() == 2);
+  CHECK(spare.stages[0].end == cut);
+  for (const StagePlan& st : spare.stages) CHECK(st.link_cpu_seconds == 0);
+  CHECK(CostModel(m, c, o).link_times(0, 1, cut).cpu_before == 0);
+  CHECK(taken.batch_seconds > spare.batch_seconds);
+  CHECK(taken.batch_seconds <= spare.batch_seconds + paid + 1e-12);
+  // A GPU device's work leaves the cores free; devices of different machines
+  // pay their links' CPU on cores the planner knows nothing of.
+  for (auto& d : c.devices) d.host_cores = 2;
+  c.devices[1].cpu_threads = 0;
+  CHECK(CostModel(m, c, o).link_times(0, 1, cut).cpu_before == 0);
+  c.devices[1].cpu_threads = 1;
+  c.devices[1].host = "other";
+  CHECK(CostModel(m, c, o).link_times(0, 1, cut).cpu_before == 0);
+}
+
 TEST_CASE("devices that fit their machine's cores still slow each other down by their measured contention",
           "[planner]") {
   const ModelProfile m = test::uniform_model(12);

@@ -592,6 +592,7 @@ nlohmann::json Driver::prediction() const {
     const double predicted = json_number(planned[s], "compute_seconds", 0.0);
     stages.push_back({{"stage", s},
                       {"compute_seconds", predicted},
+                      {"link_cpu_seconds", json_number(planned[s], "link_cpu_seconds", 0.0)},
                       {"measured_compute_seconds", per_batch},
                       {"measured_over_predicted", predicted > 0 ? per_batch / predicted : 0.0}});
   }
