@@ -559,6 +559,11 @@ TEST_CASE("links between devices of a machine whose cores the stages take cost t
     paid += st.link_cpu_seconds;
   }
   CHECK(to_json(taken, m)["stages"][1]["link_cpu_seconds"].get<double>() == taken.stages[1].link_cpu_seconds);
+  // An uneven cut: stage 1 idles most of the batch, and its idle core runs the
+  // link threads that stage 0's messages need, so stage 0 pays less than it.
+  const Plan uneven = evaluate_plan(cost, {0, 1}, {0, 10, 12});
+  CHECK(uneven.stages[0].link_cpu_seconds > 0);
+  CHECK(uneven.stages[0].link_cpu_seconds < 0.5 * uneven.stages[1].link_cpu_seconds);
   // Two more cores: the link threads have their own, the same cut costs nothing more.
   for (auto& d : c.devices) d.host_cores = 4;
   const Plan spare = plan_shared_hosts(m, c, o);
