@@ -241,38 +241,41 @@ StageTimes CostModel::stage_times(int device, int begin, int end, int in_flight)
   return t;
 }
 
-std::vector<LinkTimes> CostModel::pipeline_links(const std::vector<int>& devices, const std::vector<int>& cuts) const {
+std::vector<StageTimes> CostModel::stage_times(const std::vector<int>& devices, const std::vector<int>& cuts) const {
   const int p = static_cast<int>(devices.size());
   std::vector<StageTimes> stages;
+  for (int s = 0; s < p; ++s) stages.push_back(stage_times(devices[s], cuts[s], cuts[s + 1], in_flight(p, s)));
+  return stages;
+}
+
+std::vector<LinkTimes> CostModel::pipeline_links(const std::vector<int>& devices, const std::vector<int>& cuts) const {
   std::vector<LinkTimes> links, free_cpu;
-  for (int s = 0; s < p; ++s) {
-    stages.push_back(stage_times(devices[s], cuts[s], cuts[s + 1], in_flight(p, s)));
-    if (s + 1 < p) links.push_back(link_times(devices[s], devices[s + 1], cuts[s + 1]));
-  }
   bool cpu = false;
-  free_cpu = links;
-  for (LinkTimes& l : free_cpu) {
-    cpu = cpu || l.cpu_before > 0 || l.cpu_after > 0;
-    l.cpu_before = l.cpu_after = 0;
+  for (size_t s = 0; s + 1 < devices.size(); ++s) {
+    links.push_back(link_times(devices[s], devices[s + 1], cuts[s + 1]));
+    cpu = cpu || links.back().cpu_before > 0 || links.back().cpu_after > 0;
+    free_cpu.push_back(links.back());
+    free_cpu.back().cpu_before = free_cpu.back().cpu_after = 0;
   }
   if (!cpu) return links;
   // A link thread takes a stage's core only while the other stage of the cut
   // computes too (else the idle core runs it): each end's part is scaled by
   // how busy the other end is when the links' CPU is free.
-  const SimulatedPipeline first = simulate_pipeline(options_.schedule, options_.microbatches, stages, free_cpu);
-  auto busy = [&](int s) { return first.batch_seconds > 0 ? std::min(1.0, first.busy_seconds[s] / first.batch_seconds) : 1.0; };
-  for (int s = 0; s + 1 < p; ++s) {
+  const SimulatedPipeline first =
+      simulate_pipeline(options_.schedule, options_.microbatches, stage_times(devices, cuts), free_cpu);
+  auto busy = [&](size_t s) {
+    return first.batch_seconds > 0 ? std::min(1.0, first.busy_seconds[s] / first.batch_seconds) : 1.0;
+  };
+  for (size_t s = 0; s < links.size(); ++s) {
     links[s].cpu_before *= busy(s + 1);
     links[s].cpu_after *= busy(s);
   }
   return links;
 }
 
-double CostModel::pipeline_seconds(const std::vector<int>& devices, const std::vector<int>& cuts) const {
-  std::vector<StageTimes> stages;
-  for (size_t s = 0; s + 1 < cuts.size(); ++s)
-    stages.push_back(stage_times(devices[s], cuts[s], cuts[s + 1], in_flight(static_cast<int>(devices.size()), s)));
-  return simulate_pipeline(options_.schedule, options_.microbatches, stages, pipeline_links(devices, cuts)).batch_seconds;
+double CostModel::pipeline_seconds(const std::vector<int>& devices, const std::vector<int>& cuts,
+                                   const std::vector<LinkTimes>& links) const {
+  return simulate_pipeline(options_.schedule, options_.microbatches, stage_times(devices, cuts), links).batch_seconds;
 }
 
 double CostModel::transfer_bytes(int from, int to, int cut) const {
@@ -354,7 +357,7 @@ Plan evaluate_plan(const CostModel& cost, const std::vector<int>& devices, const
   out.weight_share = compute_seconds > 0 ? weight_seconds / compute_seconds : 0.0;
   // The simulation queues each direction of a cut on its own; the bottleneck
   // holds the planner's half-duplex view of a busy cut (both directions).
-  out.batch_seconds = std::max(bottleneck, cost.pipeline_seconds(devices, cuts));
+  out.batch_seconds = std::max(bottleneck, cost.pipeline_seconds(devices, cuts, links));
   out.samples_per_second = out.batch_seconds > 0 ? static_cast<double>(cost.options().batch) / out.batch_seconds : kInf;
   return out;
 }

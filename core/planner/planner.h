@@ -102,6 +102,8 @@ class CostModel {
   // optimizer step, of the stage [begin, end) on `device`: M times the passes
   // plus the step is stage_seconds().
   StageTimes stage_times(int device, int begin, int end, int in_flight) const;
+  // Those of each stage `devices[s]` with layers [cuts[s], cuts[s + 1]), with its in-flight count.
+  std::vector<StageTimes> stage_times(const std::vector<int>& devices, const std::vector<int>& cuts) const;
   // The link of the cut before layer `cut` from the stage on `from` to the one
   // on `to`, per micro-batch's message: each direction's latency plus its bytes
   // over its bandwidth (M activations and M gradients of them: transfer_seconds()).
@@ -121,7 +123,12 @@ class CostModel {
   // cuts[s + 1]) when the schedule's action lists run with each stage's and
   // link's own times (pipeline_links; simulate_pipeline, core/pipeline/simulate.h). A plan's
   // prediction is this or its bottleneck, whichever is longer (evaluate_plan).
-  double pipeline_seconds(const std::vector<int>& devices, const std::vector<int>& cuts) const;
+  double pipeline_seconds(const std::vector<int>& devices, const std::vector<int>& cuts) const {
+    return pipeline_seconds(devices, cuts, pipeline_links(devices, cuts));
+  }
+  // The same with the cuts' links given (pipeline_links of the same stages).
+  double pipeline_seconds(const std::vector<int>& devices, const std::vector<int>& cuts,
+                          const std::vector<LinkTimes>& links) const;
   // The W (weight-gradient) part of compute_seconds(device, begin, end): the
   // layers that split their backward (LayerProfile::weight_grad_flops), by
   // their share of each layer's measured time (or of its FLOPs).
