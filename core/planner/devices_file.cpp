@@ -54,6 +54,12 @@ LinkProfile parse_link_fields(const json& obj, const std::string& source, const 
   l.latency_ms = get_number(obj, "latency_ms", source, where, false, 0);
   if (!std::isfinite(l.latency_ms) || l.latency_ms < 0)
     throw file_error(source, where + ": latency_ms: expected a number >= 0, got " + json_excerpt(obj["latency_ms"]));
+  if (obj.contains("cpu_mbps")) {
+    l.cpu_mbps = get_number(obj, "cpu_mbps", source, where, true, 0);
+    if (!std::isfinite(*l.cpu_mbps) || *l.cpu_mbps <= 0)
+      throw file_error(source, where + ": cpu_mbps: expected a positive rate in Mbit/s, got " +
+                                   json_excerpt(obj["cpu_mbps"]));
+  }
   if (obj.contains("encoding")) {
     const json& e = obj["encoding"];
     if (!e.is_string()) throw file_error(source, where + ": encoding: expected \"f32\", \"f16\" or \"int8\", got " + json_excerpt(e));
@@ -191,7 +197,7 @@ Cluster parse_cluster(const json& doc, const std::string& source) {
   if (doc.contains("default_link")) {
     const json& l = doc["default_link"];
     if (!l.is_object()) throw file_error(source, "default_link: expected {\"mbps\", \"latency_ms\"}");
-    check_fields(l, {"mbps", "latency_ms", "encoding"}, source, "default_link");
+    check_fields(l, {"mbps", "latency_ms", "cpu_mbps", "encoding"}, source, "default_link");
     c.default_link = parse_link_fields(l, source, "default_link");
   }
   if (doc.contains("links")) {
@@ -203,7 +209,7 @@ Cluster parse_cluster(const json& doc, const std::string& source) {
       const json& l = links[i];
       std::string where = "links[" + std::to_string(i) + "]";
       if (!l.is_object()) throw file_error(source, where + ": expected an object, got " + json_excerpt(l));
-      check_fields(l, {"from", "to", "mbps", "latency_ms", "encoding", "description"}, source, where);
+      check_fields(l, {"from", "to", "mbps", "latency_ms", "cpu_mbps", "encoding", "description"}, source, where);
       int ends[2];
       const char* keys[2] = {"from", "to"};
       for (int e = 0; e < 2; ++e) {
@@ -234,6 +240,7 @@ namespace {
 json link_json(const LinkProfile& l) {
   json j = {{"mbps", l.mbps}, {"latency_ms", l.latency_ms}};
   if (l.encoding) j["encoding"] = transport::encoding_name(*l.encoding);
+  if (l.cpu_mbps) j["cpu_mbps"] = *l.cpu_mbps;
   return j;
 }
 }  // namespace

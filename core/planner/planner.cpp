@@ -76,6 +76,8 @@ void check_link(const LinkProfile& l, const std::string& what) {
     throw PlanError(what + ": bandwidth must be a positive number of Mbit/s, got " + std::to_string(l.mbps));
   if (!finite_nonneg(l.latency_ms))
     throw PlanError(what + ": latency must be >= 0 ms, got " + std::to_string(l.latency_ms));
+  if (l.cpu_mbps && !(std::isfinite(*l.cpu_mbps) && *l.cpu_mbps > 0))
+    throw PlanError(what + ": cpu_mbps must be a positive number of Mbit/s, got " + std::to_string(*l.cpu_mbps));
 }
 
 // The machines that devices share (DeviceProfile::host): how many of the
@@ -185,7 +187,7 @@ CostModel::CostModel(const ModelProfile& model, const Cluster& cluster, const Pl
   }
   link_latency_.assign(static_cast<size_t>(d_) * d_, 0.0);
   link_per_byte_.assign(static_cast<size_t>(d_) * d_, 0.0);
-  link_cpu_share_.assign(static_cast<size_t>(d_) * d_, 0.0);
+  link_cpu_per_byte_.assign(static_cast<size_t>(d_) * d_, 0.0);
   const std::vector<bool> busy = cores_taken(cluster);
   for (int a = 0; a < d_; ++a)
     for (int b = 0; b < d_; ++b) {
@@ -193,7 +195,9 @@ CostModel::CostModel(const ModelProfile& model, const Cluster& cluster, const Pl
       const LinkProfile& ab = cluster.link(a, b);
       link_latency_[a * d_ + b] = ab.latency_ms * 1e-3;
       link_per_byte_[a * d_ + b] = encoding_factor(ab.encoding.value_or(options.encoding)) / (ab.mbps * 1e6 / 8);
-      if (busy[a] && busy[b] && cluster.devices[a].host == cluster.devices[b].host) link_cpu_share_[a * d_ + b] = 0.5;
+      if (busy[a] && busy[b] && cluster.devices[a].host == cluster.devices[b].host)
+        link_cpu_per_byte_[a * d_ + b] =
+            encoding_factor(ab.encoding.value_or(options.encoding)) / (ab.cpu_mbps.value_or(ab.mbps) * 1e6 / 8);
     }
 
   std::vector<std::optional<Backend>> backends;
@@ -223,7 +227,8 @@ LinkTimes CostModel::link_times(int from, int to, int cut) const {
   const double bytes = static_cast<double>(batch_) / microbatches_ * static_cast<double>(model_->layers[cut - 1].out_act_bytes);
   const size_t there = static_cast<size_t>(from) * d_ + to, back = static_cast<size_t>(to) * d_ + from;
   // The planner's link model: every message pays the latency on its link.
-  const double cpu = link_cpu_share_[there] * bytes * std::min(link_per_byte_[there], link_per_byte_[back]);
+  // Each end pays half of each message's CPU, its send's and its receive's.
+  const double cpu = 0.25 * bytes * (link_cpu_per_byte_[there] + link_cpu_per_byte_[back]);
   return {link_latency_[there] + bytes * link_per_byte_[there], link_latency_[back] + bytes * link_per_byte_[back], 0.0,
           cpu, cpu};
 }

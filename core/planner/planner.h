@@ -108,10 +108,11 @@ class CostModel {
   // on `to`, per micro-batch's message: each direction's latency plus its bytes
   // over its bandwidth (M activations and M gradients of them: transfer_seconds()).
   // Between two devices of one machine whose devices' compute threads take all
-  // its cores (DeviceProfile::host), the wire is the two ends' CPU (the link
-  // threads copy, encrypt and decrypt on the cores the stages compute on): half
-  // of a message's wire time (its bytes over the bandwidth) is the most each
-  // end pays, cpu_before and cpu_after (pipeline_links scales them).
+  // its cores (DeviceProfile::host), the link threads copy, encrypt and decrypt
+  // on the cores the stages compute on: half of a message's bytes over the
+  // link's cpu_mbps (absent: its bandwidth, a link within a machine being its
+  // CPU), the mean of the two directions, is the most each end pays per
+  // message, cpu_before and cpu_after (pipeline_links scales them).
   LinkTimes link_times(int from, int to, int cut) const;
   // The links of the stages `devices[s]` with layers [cuts[s], cuts[s + 1]) as
   // their batch runs them: link_times, with each end's `cpu` scaled by how busy
@@ -179,7 +180,7 @@ class CostModel {
   std::vector<int> device_model_;          // [device]: its model in stage_models_
   std::vector<int64_t> memory_;
   std::vector<double> link_latency_, link_per_byte_;  // [from * d + to]: seconds per message, per byte (encoded)
-  std::vector<double> link_cpu_share_;  // [from * d + to]: of a message's wire time, what each end pays in compute
+  std::vector<double> link_cpu_per_byte_;  // [from * d + to]: both ends' CPU per byte, where the stages pay it
 };
 
 struct StagePlan {

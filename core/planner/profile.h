@@ -126,6 +126,13 @@ struct LinkProfile {
   double mbps = 1000;        // bandwidth, megabits per second (10^6 bit/s)
   double latency_ms = 0.5;   // one-way latency per message
   std::optional<transport::Encoding> encoding;  // overrides the plan's encoding on this link
+  // How fast the two ends' CPUs move the link's bytes (copying, encrypting,
+  // decrypting), Mbit/s, where the wire is not only that: between devices of
+  // one machine whose stages take all its cores, each end's compute pays half
+  // of bytes / this (CostModel::link_times). Absent: `mbps` (a link within a
+  // machine is its CPU); the live profile sets it where a --bandwidth-limit
+  // throttles the link.
+  std::optional<double> cpu_mbps{};
 };
 
 // Devices plus directional links between them. link(a, b) is the explicit

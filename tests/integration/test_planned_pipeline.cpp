@@ -58,9 +58,14 @@ TEST_CASE("the planner places stages within memory and bandwidth limits", "[inte
     if (l["from"] == "dev3") {
       CHECK(l["mbps"].get<double>() <= 22.0);
       CHECK(l["mbps"].get<double>() >= 4.0);
+      // Its wire is mostly the throttle's waiting: what the ends' CPUs take
+      // is the unthrottled rate of the coordinator's own links to them.
+      REQUIRE(l.contains("cpu_mbps"));
+      CHECK(l["cpu_mbps"].get<double>() > 30.0);
       ++from_dev3;
     } else if (l["to"] == "dev3") {
       CHECK(l["mbps"].get<double>() > 30.0);
+      CHECK_FALSE(l.contains("cpu_mbps"));  // a loopback link's CPU is its wire
       ++to_dev3;
     }
   }
@@ -78,6 +83,7 @@ TEST_CASE("the planner places stages within memory and bandwidth limits", "[inte
     INFO(st.dump());
     CHECK(st["stage"] == s);
     CHECK(st["compute_seconds"].get<double>() == Approx(stages[s]["compute_seconds"].get<double>()));
+    CHECK(st["link_cpu_seconds"].get<double>() == stages[s]["link_cpu_seconds"].get<double>());
     CHECK(st["measured_compute_seconds"].get<double>() > 0);
     CHECK(st["measured_over_predicted"].get<double>() ==
           Approx(st["measured_compute_seconds"].get<double>() / st["compute_seconds"].get<double>()));

@@ -131,6 +131,28 @@ TEST_CASE("devices file round-trips through the writer", "[planner][devices_file
   CHECK(back.devices[1].layer_seconds_per_sample == c.devices[1].layer_seconds_per_sample);
 }
 
+TEST_CASE("devices file: a link's CPU rate", "[planner][devices_file]") {
+  const json doc = json::parse(R"({"devices": [{"name": "a", "memory": "1GB", "gflops": 1},
+                                                {"name": "b", "memory": "1GB", "gflops": 1}],
+                                   "links": [{"from": "a", "to": "b", "mbps": 20, "cpu_mbps": 4000}],
+                                   "default_link": {"mbps": 1000}})");
+  const Cluster c = parse_cluster(doc, "devs.json");
+  REQUIRE(c.link(0, 1).cpu_mbps.has_value());
+  CHECK(*c.link(0, 1).cpu_mbps == 4000);
+  CHECK(*c.link(1, 0).cpu_mbps == 4000);  // symmetric unless the reverse is given
+  CHECK_FALSE(c.default_link.cpu_mbps.has_value());
+  const std::string path = (std::filesystem::temp_directory_path() / "cleave_test_cpu_mbps.json").string();
+  write_devices_file(path, c);
+  const Cluster back = load_cluster(path);
+  std::remove(path.c_str());
+  CHECK(back.link(0, 1).cpu_mbps == c.link(0, 1).cpu_mbps);
+  json bad = doc;
+  bad["links"][0]["cpu_mbps"] = 0;
+  CHECK_THROWS_WITH(parse_cluster(bad, "devs.json"), Catch::Contains("cpu_mbps: expected a positive rate"));
+  bad["links"][0]["cpu_mbps"] = "fast";
+  CHECK_THROWS_WITH(parse_cluster(bad, "devs.json"), Catch::Contains("cpu_mbps: expected a number"));
+}
+
 TEST_CASE("devices file: optimizer update time and shared machines", "[planner][devices_file]") {
   const json doc = json::parse(R"({"devices": [
       {"name": "a", "memory": "1G", "gflops": 10, "update_seconds_per_param": 2e-9,

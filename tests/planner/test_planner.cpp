@@ -564,6 +564,13 @@ TEST_CASE("links between devices of a machine whose cores the stages take cost t
   const Plan uneven = evaluate_plan(cost, {0, 1}, {0, 10, 12});
   CHECK(uneven.stages[0].link_cpu_seconds > 0);
   CHECK(uneven.stages[0].link_cpu_seconds < 0.5 * uneven.stages[1].link_cpu_seconds);
+  // A throttled link (--bandwidth-limit) waits more than it computes: its ends
+  // pay its bytes at the CPU rate, not at the wire's.
+  Cluster throttled = c;
+  throttled.default_link.cpu_mbps = 4 * throttled.default_link.mbps;
+  const LinkTimes slow_wire = CostModel(m, throttled, o).link_times(0, 1, cut);
+  CHECK(slow_wire.activation == Approx(link.activation));
+  CHECK(slow_wire.cpu_before == Approx(link.cpu_before / 4));
   // Two more cores: the link threads have their own, the same cut costs nothing more.
   for (auto& d : c.devices) d.host_cores = 4;
   const Plan spare = plan_shared_hosts(m, c, o);

@@ -203,6 +203,11 @@ Cluster Driver::profile_cluster() {
     if (cfg_.progress) std::fprintf(stderr, "cleave: profiled %s\n", d.name.c_str());
   }
   measure_host_contention(cluster, large);
+  std::vector<double> unthrottled(devices_.size(), -1);  // Mbit/s of the coordinator's link to each, probed on demand
+  auto unthrottled_mbps = [&](size_t i) {
+    if (unthrottled[i] < 0) unthrottled[i] = probe_link(devices_[i].name).second;
+    return unthrottled[i];
+  };
   if (!opts_.insecure) {
     // Every pair of daemons measures the link between them, each direction
     // through its sender's --bandwidth-limit (link_probe.h).
@@ -223,8 +228,17 @@ Cluster Driver::profile_cluster() {
           return std::tuple{json_number(m, "latency_ms", -1, 0), json_number(m, "mbps_out", -1, 0),
                             json_number(m, "mbps_in", -1, 0)};
         });
-        cluster.set_link(static_cast<int>(a), static_cast<int>(b), {out, lat, std::nullopt});
-        cluster.set_link(static_cast<int>(b), static_cast<int>(a), {in, lat, std::nullopt});
+        LinkProfile ab{out, lat, std::nullopt}, ba{in, lat, std::nullopt};
+        // A throttled direction's wire is mostly waiting: what the two ends'
+        // CPUs take per byte is the rate the coordinator's own (unthrottled)
+        // links to them reach, never more than the wire itself.
+        if (caps[a] > 0 || caps[b] > 0) {
+          const double cpu = std::min(unthrottled_mbps(a), unthrottled_mbps(b));
+          if (caps[a] > 0) ab.cpu_mbps = std::max(cpu, out);
+          if (caps[b] > 0) ba.cpu_mbps = std::max(cpu, in);
+        }
+        cluster.set_link(static_cast<int>(a), static_cast<int>(b), ab);
+        cluster.set_link(static_cast<int>(b), static_cast<int>(a), ba);
         if (cfg_.progress)
           std::fprintf(stderr, "cleave: link %s -> %s %.0f Mbit/s, %s -> %s %.0f Mbit/s, %.2f ms\n", da.name.c_str(),
                        db.name.c_str(), out, db.name.c_str(), da.name.c_str(), in, lat);
@@ -242,6 +256,7 @@ Cluster Driver::profile_cluster() {
       if (a == b) continue;
       LinkProfile l;
       l.mbps = std::min(mbps[a], mbps[b]);
+      if (caps[a] > 0 || caps[b] > 0) l.cpu_mbps = l.mbps;  // the unthrottled rate (above)
       if (caps[a] > 0) l.mbps = std::min(l.mbps, caps[a]);
       if (caps[b] > 0) l.mbps = std::min(l.mbps, caps[b]);
       l.latency_ms = std::max(latency[a], latency[b]);
