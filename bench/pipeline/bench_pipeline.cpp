@@ -475,6 +475,8 @@ Row run_pipeline(const BenchOptions& o, const ModelInfo& m, const std::string& t
       for (const auto& d : r.value("cluster_profile", json::object()).value("devices", json::array()))
         contention.push_back(d.value("host_contention", json()));
       row.prediction["host_contention"] = contention;
+      // The links the planner costed (mbps, latency_ms, cpu_mbps where a throttle set it).
+      row.prediction["links"] = r.value("cluster_profile", json::object()).value("links", json::array());
     }
     take_stage_busy(row, r);
     if (!cl.trace_path.empty())
