@@ -471,12 +471,12 @@ Row run_pipeline(const BenchOptions& o, const ModelInfo& m, const std::string& t
     if (r.contains("prediction")) {
       row.prediction = r.at("prediction");
       // How much slower each daemon computed beside the others (measured while profiling; absent: not measured).
+      const json profile = r.value("cluster_profile", json::object());
       json contention = json::array();
-      for (const auto& d : r.value("cluster_profile", json::object()).value("devices", json::array()))
-        contention.push_back(d.value("host_contention", json()));
+      for (const auto& d : profile.value("devices", json::array())) contention.push_back(d.value("host_contention", json()));
       row.prediction["host_contention"] = contention;
       // The links the planner costed (mbps, latency_ms, cpu_mbps where a throttle set it).
-      row.prediction["links"] = r.value("cluster_profile", json::object()).value("links", json::array());
+      row.prediction["links"] = profile.value("links", json::array());
     }
     take_stage_busy(row, r);
     if (!cl.trace_path.empty())

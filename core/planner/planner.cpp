@@ -193,11 +193,11 @@ CostModel::CostModel(const ModelProfile& model, const Cluster& cluster, const Pl
     for (int b = 0; b < d_; ++b) {
       if (a == b) continue;
       const LinkProfile& ab = cluster.link(a, b);
+      const double encoded = encoding_factor(ab.encoding.value_or(options.encoding));
       link_latency_[a * d_ + b] = ab.latency_ms * 1e-3;
-      link_per_byte_[a * d_ + b] = encoding_factor(ab.encoding.value_or(options.encoding)) / (ab.mbps * 1e6 / 8);
+      link_per_byte_[a * d_ + b] = encoded / (ab.mbps * 1e6 / 8);
       if (busy[a] && busy[b] && cluster.devices[a].host == cluster.devices[b].host)
-        link_cpu_per_byte_[a * d_ + b] =
-            encoding_factor(ab.encoding.value_or(options.encoding)) / (ab.cpu_mbps.value_or(ab.mbps) * 1e6 / 8);
+        link_cpu_per_byte_[a * d_ + b] = encoded / (ab.cpu_mbps.value_or(ab.mbps) * 1e6 / 8);
     }
 
   std::vector<std::optional<Backend>> backends;
@@ -319,6 +319,7 @@ Plan evaluate_plan(const CostModel& cost, const std::vector<int>& devices, const
   out.microbatch_size = cost.microbatch_size();
   double bottleneck = 0, weight_seconds = 0, compute_seconds = 0;
   const std::vector<LinkTimes> links = cost.pipeline_links(devices, cuts);
+  const int m = cost.options().microbatches;
   for (int s = 0; s < p; ++s) {
     StagePlan st;
     st.device = devices[s];
@@ -338,7 +339,6 @@ Plan evaluate_plan(const CostModel& cost, const std::vector<int>& devices, const
       st.transfer_bytes = cost.transfer_bytes(st.device, devices[s + 1], st.end);
     }
     // Each micro-batch sends one message and receives one over each of its cuts.
-    const int m = cost.options().microbatches;
     if (s + 1 < p) st.link_cpu_seconds += 2 * m * links[s].cpu_before;
     if (s > 0) st.link_cpu_seconds += 2 * m * links[s - 1].cpu_after;
     bottleneck = std::max({bottleneck, st.compute_seconds, st.transfer_seconds});

@@ -6,7 +6,9 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <optional>
 #include <tuple>
+#include <utility>
 
 #include "core/io/untrusted_json.h"
 #include "core/runtime/common/wire.h"
@@ -203,10 +205,12 @@ Cluster Driver::profile_cluster() {
     if (cfg_.progress) std::fprintf(stderr, "cleave: profiled %s\n", d.name.c_str());
   }
   measure_host_contention(cluster, large);
-  std::vector<double> unthrottled(devices_.size(), -1);  // Mbit/s of the coordinator's link to each, probed on demand
-  auto unthrottled_mbps = [&](size_t i) {
-    if (unthrottled[i] < 0) unthrottled[i] = probe_link(devices_[i].name).second;
-    return unthrottled[i];
+  // The coordinator's own (unthrottled) link to each daemon, latency in ms and
+  // Mbit/s, probed once, when first needed.
+  std::vector<std::optional<std::pair<double, double>>> coordinator_links(devices_.size());
+  auto coordinator_link = [&](size_t i) {
+    if (!coordinator_links[i]) coordinator_links[i] = probe_link(devices_[i].name);
+    return *coordinator_links[i];
   };
   if (!opts_.insecure) {
     // Every pair of daemons measures the link between them, each direction
@@ -233,7 +237,7 @@ Cluster Driver::profile_cluster() {
         // CPUs take per byte is the rate the coordinator's own (unthrottled)
         // links to them reach, never more than the wire itself.
         if (caps[a] > 0 || caps[b] > 0) {
-          const double cpu = std::min(unthrottled_mbps(a), unthrottled_mbps(b));
+          const double cpu = std::min(coordinator_link(a).second, coordinator_link(b).second);
           if (caps[a] > 0) ab.cpu_mbps = std::max(cpu, out);
           if (caps[b] > 0) ba.cpu_mbps = std::max(cpu, in);
         }
@@ -249,17 +253,17 @@ Cluster Driver::profile_cluster() {
   // them (same network, same encryption) stand in, capped by the declared
   // --bandwidth-limit of each sender. A link a -> b carries activations out of
   // a and gradients out of b: the slower sender bounds it.
-  std::vector<double> mbps(devices_.size(), 0), latency(devices_.size(), 0);
-  for (size_t i = 0; i < devices_.size(); ++i) std::tie(latency[i], mbps[i]) = probe_link(devices_[i].name);
   for (size_t a = 0; a < devices_.size(); ++a)
     for (size_t b = 0; b < devices_.size(); ++b) {
       if (a == b) continue;
+      const auto [latency_a, mbps_a] = coordinator_link(a);
+      const auto [latency_b, mbps_b] = coordinator_link(b);
       LinkProfile l;
-      l.mbps = std::min(mbps[a], mbps[b]);
+      l.mbps = std::min(mbps_a, mbps_b);
       if (caps[a] > 0 || caps[b] > 0) l.cpu_mbps = l.mbps;  // the unthrottled rate (above)
       if (caps[a] > 0) l.mbps = std::min(l.mbps, caps[a]);
       if (caps[b] > 0) l.mbps = std::min(l.mbps, caps[b]);
-      l.latency_ms = std::max(latency[a], latency[b]);
+      l.latency_ms = std::max(latency_a, latency_b);
       cluster.set_link(static_cast<int>(a), static_cast<int>(b), l);
     }
   return cluster;
